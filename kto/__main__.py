@@ -1,0 +1,5 @@
+import sys
+
+from kto import cli
+
+sys.exit(cli.main())

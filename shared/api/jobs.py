@@ -1,0 +1,307 @@
+"""The six kubeflow.org/v1 job kinds (spec §1.1, §1.3, §1.4) and how to load them.
+
+In: a dict (one YAML document). Out: a typed job (``PyTorchJob`` …) whose
+per-kind constants (controller name, default container, port, restart policy)
+live on the class, beside the type, as upstream keeps them in ``*_types.go``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pydantic
+
+from shared.api import common
+
+GROUP = "kubeflow.org"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class RDZVConf(common.Model):
+    key: str | None = None
+    value: str | None = None
+
+
+class ElasticPolicy(common.Model):
+    """PyTorchJob.spec.elasticPolicy (torchrun rendezvous and HPA bounds)."""
+
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_port: int | None = None
+    rdzv_host: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: list[RDZVConf] | None = None
+    standalone: bool | None = None
+    n_proc_per_node: int | None = None
+    max_restarts: int | None = None
+    metrics: list[dict[str, Any]] | None = None
+
+
+class PaddleElasticPolicy(common.Model):
+    """PaddleJob.spec.elasticPolicy: defaulted only, no runtime effect upstream (§1.3)."""
+
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    max_restarts: int | None = None
+    metrics: list[dict[str, Any]] | None = None
+
+
+ReplicaSpecs = dict[str, common.ReplicaSpec | None]
+
+
+class JobSpec(common.Model):
+    run_policy: common.RunPolicy | None = None
+
+
+class PyTorchJobSpec(JobSpec):
+    pytorch_replica_specs: ReplicaSpecs | None = None
+    elastic_policy: ElasticPolicy | None = None
+    nproc_per_node: str | None = None
+
+
+class TFJobSpec(JobSpec):
+    tf_replica_specs: ReplicaSpecs | None = None
+    success_policy: str | None = None
+    enable_dynamic_worker: bool | None = None
+
+
+class XGBoostJobSpec(JobSpec):
+    xgb_replica_specs: ReplicaSpecs | None = None
+
+
+class MPIJobSpec(JobSpec):
+    mpi_replica_specs: ReplicaSpecs | None = None
+    slots_per_worker: int | None = None
+    clean_pod_policy: common.CleanPodPolicy | None = None
+    main_container: str | None = None
+
+
+class PaddleJobSpec(JobSpec):
+    paddle_replica_specs: ReplicaSpecs | None = None
+    elastic_policy: PaddleElasticPolicy | None = None
+
+
+class JAXJobSpec(JobSpec):
+    jax_replica_specs: ReplicaSpecs | None = None
+
+
+class Job(common.Model):
+    """Fields and constants common to every kind; subclasses fix ``spec``'s type."""
+
+    KIND: ClassVar[str]
+    PLURAL: ClassVar[str]
+    SINGULAR: ClassVar[str]
+    REPLICA_FIELD: ClassVar[str]
+    """Python attribute of the replica-spec map on the spec (``pytorch_replica_specs``)."""
+    REPLICA_FIELD_ALIAS: ClassVar[str]
+    """Wire name of the replica-spec map (``pytorchReplicaSpecs``), used in field paths."""
+    REPLICA_TYPES: ClassVar[tuple[str, ...]]
+    """Canonical replica types, for camel-casing keys (§2)."""
+    CONTROLLER_NAME: ClassVar[str]
+    FRAMEWORK: ClassVar[str]
+    DEFAULT_CONTAINER: ClassVar[str]
+    DEFAULT_PORT_NAME: ClassVar[str]
+    DEFAULT_PORT: ClassVar[int]
+    DEFAULT_RESTART_POLICY: ClassVar[common.RestartPolicy]
+
+    api_version: str = API_VERSION
+    kind: str
+    metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
+    spec: JobSpec
+    status: common.JobStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    @property
+    def replica_specs(self) -> ReplicaSpecs | None:
+        value: ReplicaSpecs | None = getattr(self.spec, self.REPLICA_FIELD)
+        return value
+
+    @replica_specs.setter
+    def replica_specs(self, value: ReplicaSpecs | None) -> None:
+        setattr(self.spec, self.REPLICA_FIELD, value)
+
+    @property
+    def run_policy(self) -> common.RunPolicy:
+        """The run policy, created empty (and remembered) when the job has none."""
+        if self.spec.run_policy is None:
+            self.spec.run_policy = common.RunPolicy()
+        return self.spec.run_policy
+
+    def specs(self) -> dict[str, common.ReplicaSpec]:
+        """The non-null replica specs; validation has rejected null ones before use."""
+        return {rt: spec for rt, spec in (self.replica_specs or {}).items() if spec is not None}
+
+
+class PyTorchJob(Job):
+    KIND = "PyTorchJob"
+    PLURAL = "pytorchjobs"
+    SINGULAR = "pytorchjob"
+    REPLICA_FIELD = "pytorch_replica_specs"
+    REPLICA_FIELD_ALIAS = "pytorchReplicaSpecs"
+    REPLICA_TYPES = ("Master", "Worker")
+    CONTROLLER_NAME = "pytorchjob-controller"
+    FRAMEWORK = "pytorch"
+    DEFAULT_CONTAINER = "pytorch"
+    DEFAULT_PORT_NAME = "pytorchjob-port"
+    DEFAULT_PORT = 23456
+    DEFAULT_RESTART_POLICY = "OnFailure"
+
+    kind: str = "PyTorchJob"
+    spec: PyTorchJobSpec
+
+
+class TFJob(Job):
+    KIND = "TFJob"
+    PLURAL = "tfjobs"
+    SINGULAR = "tfjob"
+    REPLICA_FIELD = "tf_replica_specs"
+    REPLICA_FIELD_ALIAS = "tfReplicaSpecs"
+    REPLICA_TYPES = ("PS", "Worker", "Chief", "Master", "Evaluator")
+    CONTROLLER_NAME = "tfjob-controller"
+    FRAMEWORK = "tensorflow"
+    DEFAULT_CONTAINER = "tensorflow"
+    DEFAULT_PORT_NAME = "tfjob-port"
+    DEFAULT_PORT = 2222
+    DEFAULT_RESTART_POLICY = "Never"
+
+    kind: str = "TFJob"
+    spec: TFJobSpec
+
+
+class XGBoostJob(Job):
+    KIND = "XGBoostJob"
+    PLURAL = "xgboostjobs"
+    SINGULAR = "xgboostjob"
+    REPLICA_FIELD = "xgb_replica_specs"
+    REPLICA_FIELD_ALIAS = "xgbReplicaSpecs"
+    REPLICA_TYPES = ("Master", "Worker")
+    CONTROLLER_NAME = "xgboostjob-controller"
+    FRAMEWORK = "xgboost"
+    DEFAULT_CONTAINER = "xgboost"
+    DEFAULT_PORT_NAME = "xgboostjob-port"
+    DEFAULT_PORT = 9999
+    DEFAULT_RESTART_POLICY = "Never"
+
+    kind: str = "XGBoostJob"
+    spec: XGBoostJobSpec
+
+
+class MPIJob(Job):
+    KIND = "MPIJob"
+    PLURAL = "mpijobs"
+    SINGULAR = "mpijob"
+    REPLICA_FIELD = "mpi_replica_specs"
+    REPLICA_FIELD_ALIAS = "mpiReplicaSpecs"
+    REPLICA_TYPES = ("Launcher", "Worker")
+    CONTROLLER_NAME = "mpijob-controller"
+    FRAMEWORK = "mpi"
+    DEFAULT_CONTAINER = "mpi"
+    DEFAULT_PORT_NAME = "mpi-port"
+    DEFAULT_PORT = 9999
+    DEFAULT_RESTART_POLICY = "Never"
+
+    kind: str = "MPIJob"
+    spec: MPIJobSpec
+
+
+class PaddleJob(Job):
+    KIND = "PaddleJob"
+    PLURAL = "paddlejobs"
+    SINGULAR = "paddlejob"
+    REPLICA_FIELD = "paddle_replica_specs"
+    REPLICA_FIELD_ALIAS = "paddleReplicaSpecs"
+    REPLICA_TYPES = ("Master", "Worker")
+    CONTROLLER_NAME = "paddlejob-controller"
+    FRAMEWORK = "paddle"
+    DEFAULT_CONTAINER = "paddle"
+    DEFAULT_PORT_NAME = "master"
+    DEFAULT_PORT = 36543
+    DEFAULT_RESTART_POLICY = "OnFailure"
+
+    kind: str = "PaddleJob"
+    spec: PaddleJobSpec
+
+
+class JAXJob(Job):
+    KIND = "JAXJob"
+    PLURAL = "jaxjobs"
+    SINGULAR = "jaxjob"
+    REPLICA_FIELD = "jax_replica_specs"
+    REPLICA_FIELD_ALIAS = "jaxReplicaSpecs"
+    REPLICA_TYPES = ("Worker",)
+    CONTROLLER_NAME = "jaxjob-controller"
+    FRAMEWORK = "jax"
+    DEFAULT_CONTAINER = "jax"
+    DEFAULT_PORT_NAME = "jaxjob-port"
+    DEFAULT_PORT = 6666
+    DEFAULT_RESTART_POLICY = "Never"
+
+    kind: str = "JAXJob"
+    spec: JAXJobSpec
+
+
+KINDS: dict[str, type[Job]] = {
+    cls.KIND: cls for cls in (PyTorchJob, TFJob, XGBoostJob, MPIJob, PaddleJob, JAXJob)
+}
+"""Every supported kind, keyed by ``kind``."""
+
+BY_PLURAL: dict[str, type[Job]] = {cls.PLURAL: cls for cls in KINDS.values()}
+
+
+class LoadError(ValueError):
+    """A document is not a loadable job; ``errors`` are ``(field path, message)`` pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{path}: {message}" for path, message in errors))
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """Turn a pydantic error location into a Kubernetes-style field path."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif path.startswith("spec.") and path.endswith("ReplicaSpecs") and path.count(".") == 1:
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def load(document: Any) -> Job:
+    """Load one job document; raise ``LoadError`` naming every bad field."""
+    if not isinstance(document, dict):
+        raise LoadError([("", f"expected a mapping (a Kubernetes object), got {type(document).__name__}")])
+    errors: list[tuple[str, str]] = []
+    api_version = document.get("apiVersion")
+    kind = document.get("kind")
+    if not api_version:
+        errors.append(("apiVersion", "Required value"))
+    elif api_version != API_VERSION:
+        errors.append(("apiVersion", f"Unsupported value: {api_version!r}: supported values: {API_VERSION!r}"))
+    if not kind:
+        errors.append(("kind", "Required value"))
+    elif kind not in KINDS:
+        supported = ", ".join(repr(k) for k in KINDS)
+        errors.append(("kind", f"Unsupported value: {kind!r}: supported values: {supported}"))
+    if errors:
+        raise LoadError(errors)
+    cls = KINDS[kind]
+    if "spec" not in document:
+        raise LoadError([("spec", "Required value")])
+    try:
+        return cls.model_validate(document)
+    except pydantic.ValidationError as exc:
+        raise LoadError(
+            [(_field_path(tuple(err["loc"])), err["msg"]) for err in exc.errors()]
+        ) from None
