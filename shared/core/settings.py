@@ -1,0 +1,38 @@
+"""Operator settings that change what the pure core plans (spec §10).
+
+In: command-line flags / environment, read once at start-up by a command.
+Out: one frozen value passed down explicitly to planning and decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorSettings:
+    """The upstream operator flags that shape children, with upstream defaults."""
+
+    gang_scheduler_name: str = ""
+    """`--gang-scheduler-name`: "volcano" (any case) → Volcano PodGroups; another
+    non-empty value → scheduler-plugins PodGroups with that scheduler name; "" → off."""
+
+    pytorch_init_container_image: str = "alpine:3.10"
+    """`--pytorch-init-container-image`: image of the `init-pytorch` container."""
+
+    pytorch_init_container_max_tries: int = 100
+    """`--pytorch-init-container-max-tries`: nslookup attempts before giving up."""
+
+    mpi_kubectl_delivery_image: str = "kubeflow/kubectl-delivery:latest"
+    """`--mpi-kubectl-delivery-image`: image of the MPI launcher's init container."""
+
+    cluster_domain: str = ""
+    """Env `CUSTOM_CLUSTER_DOMAIN`: suffix of TF_CONFIG host names, appended when non-empty."""
+
+    @property
+    def gang_scheduling(self) -> bool:
+        return bool(self.gang_scheduler_name)
+
+    @property
+    def volcano(self) -> bool:
+        return self.gang_scheduler_name.lower() == "volcano"

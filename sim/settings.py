@@ -1,0 +1,48 @@
+"""Settings of the local cluster (sim/): one frozen value, from `kto sim` flags or a test."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+
+@dataclasses.dataclass(frozen=True)
+class SimSettings:
+    host: str = "127.0.0.1"
+    """Address to listen on; the sim serves plain HTTP on loopback only."""
+
+    port: int = 0
+    """TCP port; 0 picks a free one."""
+
+    nodes: int = 4
+    """Number of simulated nodes (`sim-node-0` …)."""
+
+    gpus_per_node: int = 8
+    """`nvidia.com/gpu` capacity of every node."""
+
+    cpu_per_node: str = "32"
+    """CPU capacity of every node (a Kubernetes quantity)."""
+
+    memory_per_node: str = "256Gi"
+    """Memory capacity of every node (a Kubernetes quantity)."""
+
+    kubeconfig: pathlib.Path | None = None
+    """Where to write a kubeconfig for the server; None writes none."""
+
+    context: str = "sim"
+    """Name of the context (and cluster and user) in the written kubeconfig."""
+
+    faults: str = ""
+    """Fault-injection spec (see sim/faults.py), changeable at run time via /admin/faults."""
+
+    watch_window: int = 10000
+    """How many past events the watch history keeps; older resourceVersions get 410 Gone."""
+
+    pod_duration: float = 2.0
+    """Default seconds a pod's containers run (annotation `sim.kto.dev/duration` overrides)."""
+
+    pod_exit_code: int = 0
+    """Default exit code of a pod's containers (annotation `sim.kto.dev/exit-code` overrides)."""
+
+    startup_delay: float = 0.05
+    """Seconds between a pod being bound and its containers running (image pull, start)."""
