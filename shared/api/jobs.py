@@ -296,7 +296,7 @@ def load(document: Any) -> Job:
         errors.append(("kind", f"Unsupported value: {kind!r}: supported values: {supported}"))
     if errors:
         raise LoadError(errors)
-    cls = KINDS[kind]
+    cls = KINDS[str(kind)]
     if "spec" not in document:
         raise LoadError([("spec", "Required value")])
     try:
