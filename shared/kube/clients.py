@@ -1,0 +1,295 @@
+"""A small async Kubernetes client over kubernetes-asyncio's transport.
+
+In: a kubeconfig (path + context) or the in-cluster service account.
+Out: JSON dicts from the API server, ``ApiError`` for failures (with
+``retriable`` set for 5xx, 429 and timeouts), and watch streams as
+``WatchEvent``s. Retriable failures are retried here, in one place, with
+tenacity, honouring ``Retry-After``. Works on plain dicts so that every kind,
+custom or built in, goes through the same few calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
+
+import aiohttp
+import tenacity
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from shared.kube import resources
+
+log = logging.getLogger(__name__)
+
+PatchType = Literal["merge", "json", "strategic"]
+_PATCH_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+
+class ApiError(Exception):
+    """A failed API call, from the server's metav1.Status when there is one."""
+
+    def __init__(self, code: int, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def retriable(self) -> bool:
+        return self.code == 429 or self.code >= 500 or self.code == 0
+
+    @property
+    def not_found(self) -> bool:
+        return self.code == 404
+
+    @property
+    def already_exists(self) -> bool:
+        return self.code == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def conflict(self) -> bool:
+        return self.code == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.code == 410
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchEvent:
+    type: str
+    """ADDED, MODIFIED, DELETED or BOOKMARK."""
+    object: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrySettings:
+    attempts: int = 8
+    """How many times a retriable call is tried before its error is raised."""
+    initial_wait: float = 0.05
+    """First back-off, in seconds; doubled per attempt with jitter."""
+    max_wait: float = 5.0
+    """Longest single back-off, in seconds (a longer Retry-After is honoured)."""
+
+
+def _wait(settings: RetrySettings) -> Callable[[tenacity.RetryCallState], float]:
+    """Exponential back-off with jitter, unless the server said how long (Retry-After)."""
+    backoff = tenacity.wait_exponential_jitter(initial=settings.initial_wait, max=settings.max_wait)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, ApiError) and error.retry_after is not None:
+            return error.retry_after
+        return float(backoff(state))
+
+    return wait
+
+
+def retrying(settings: RetrySettings) -> tenacity.AsyncRetrying:
+    """The retry policy for API calls: retriable ApiErrors only, Retry-After honoured."""
+    return tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, ApiError) and e.retriable),
+        wait=_wait(settings),
+        stop=tenacity.stop_after_attempt(settings.attempts),
+        reraise=True,
+    )
+
+
+def _error_from(status: int, body: bytes, headers: Any) -> ApiError:
+    retry_after: float | None = None
+    raw_retry = headers.get("Retry-After") if headers is not None else None
+    if raw_retry:
+        try:
+            retry_after = float(raw_retry)
+        except ValueError:
+            retry_after = None
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+        return ApiError(
+            int(decoded.get("code") or status), str(decoded.get("reason") or ""), str(decoded.get("message") or ""),
+            retry_after,
+        )
+    return ApiError(status, "", body.decode("utf-8", "replace")[:500], retry_after)
+
+
+class KubeClient:
+    """One cluster's API server. ``async with KubeClient.connect(...)``; ``close()`` is safe twice."""
+
+    def __init__(self, api: k8s_client.ApiClient, retry: RetrySettings = RetrySettings()) -> None:
+        self._api = api
+        self._retry = retry
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls, kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None,
+        retry: RetrySettings = RetrySettings(),
+    ) -> KubeClient:
+        """From a kubeconfig (path and context), or in-cluster config when there is none."""
+        configuration = k8s_client.Configuration()
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await k8s_config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig is not None else None,
+                context=context,
+                client_configuration=configuration,
+            )
+        return cls(k8s_client.ApiClient(configuration), retry)
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._api.close()
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    async def _send(
+        self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+        content_type: str = "application/json", timeout: float | None = 30.0,
+    ) -> aiohttp.ClientResponse:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        try:
+            response: aiohttp.ClientResponse = await self._api.call_api(
+                path, method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc!r}") from exc
+        return response
+
+    async def request(
+        self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One call, retried when retriable; the decoded JSON body."""
+        async for attempt in retrying(self._retry):
+            with attempt:
+                response = await self._send(method, path, query, body, content_type)
+                try:
+                    data = await response.read()
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    raise ApiError(0, "ConnectionError", f"{method} {path}: {exc!r}") from exc
+                finally:
+                    response.release()
+                if not 200 <= response.status <= 299:
+                    raise _error_from(response.status, data, response.headers)
+                decoded: dict[str, Any] = json.loads(data) if data else {}
+                return decoded
+        raise AssertionError("unreachable: tenacity reraises")
+
+    async def get(self, rt: resources.ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        return await self.request("GET", rt.path(namespace, name))
+
+    async def list(
+        self, rt: resources.ResourceType, namespace: str | None = None, label_selector: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All items (following ``continue``) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"limit": 500}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        while True:
+            page = await self.request("GET", rt.path(namespace), query)
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", rt.api_version)
+                item.setdefault("kind", rt.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion") or "")
+            query["continue"] = meta["continue"]
+
+    async def create(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", rt.path(namespace), body=body)
+
+    async def replace(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PUT", rt.path(namespace, body["metadata"]["name"]), body=body)
+
+    async def patch(
+        self, rt: resources.ResourceType, namespace: str | None, name: str, body: Any,
+        patch_type: PatchType = "merge", subresource: str | None = None,
+    ) -> dict[str, Any]:
+        return await self.request(
+            "PATCH", rt.path(namespace, name, subresource), body=body, content_type=_PATCH_CONTENT_TYPES[patch_type],
+        )
+
+    async def delete(
+        self, rt: resources.ResourceType, namespace: str | None, name: str,
+        propagation: str | None = None, uid: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        return await self.request("DELETE", rt.path(namespace, name), body=body)
+
+    async def watch(
+        self, rt: resources.ResourceType, namespace: str | None = None, resource_version: str | None = None,
+        label_selector: str | None = None, timeout_seconds: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
+        """One watch request's events; ends when the server closes it.
+
+        Raises ``ApiError`` (``gone`` for 410 Expired, as an HTTP status or an
+        ERROR event) so the caller can relist.
+        """
+        query: dict[str, Any] = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        if label_selector:
+            query["labelSelector"] = label_selector
+        response = await self._send("GET", rt.path(namespace), query, timeout=timeout_seconds + 30)
+        try:
+            if not 200 <= response.status <= 299:
+                raise _error_from(response.status, await response.read(), response.headers)
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    raise ApiError(0, "ConnectionError", f"watch {rt.plural}: {exc!r}") from exc
+                if not line:
+                    return
+                line = line.strip()
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind = str(event.get("type"))
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiError(
+                        int(obj.get("code") or 500), str(obj.get("reason") or ""), str(obj.get("message") or ""),
+                    )
+                if kind != "BOOKMARK":
+                    obj.setdefault("apiVersion", rt.api_version)
+                    obj.setdefault("kind", rt.kind)
+                yield WatchEvent(kind, obj)
+        finally:
+            response.release()

@@ -1,0 +1,82 @@
+"""The Kubernetes resource types kto reads and writes, and their REST paths.
+
+In: an apiVersion + kind (from a manifest) or a job kind. Out: a
+``ResourceType`` that knows its URL path. No I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from shared.api import jobs
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+PODS = ResourceType("", "v1", "pods", "Pod")
+SERVICES = ResourceType("", "v1", "services", "Service")
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap")
+SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
+EVENTS = ResourceType("", "v1", "events", "Event")
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
+ROLES = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLEBINDINGS = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+VOLCANO_PODGROUPS = ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+PLUGINS_PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
+
+JOB_TYPES: dict[str, ResourceType] = {
+    kind: ResourceType(jobs.GROUP, jobs.VERSION, cls.PLURAL, kind) for kind, cls in jobs.KINDS.items()
+}
+"""The six job kinds, keyed by kind."""
+
+CHILD_TYPES: tuple[ResourceType, ...] = (
+    PODS,
+    SERVICES,
+    CONFIGMAPS,
+    SERVICEACCOUNTS,
+    ROLES,
+    ROLEBINDINGS,
+    HPAS,
+    VOLCANO_PODGROUPS,
+    PLUGINS_PODGROUPS,
+)
+"""Every kind of child object a job can own."""
+
+_BY_API_KIND: dict[tuple[str, str], ResourceType] = {
+    (rt.api_version, rt.kind): rt for rt in (*CHILD_TYPES, *JOB_TYPES.values(), EVENTS, LEASES, NAMESPACES, CRDS)
+}
+
+
+def for_manifest(manifest: dict[str, Any]) -> ResourceType:
+    """The resource type of a manifest, by its apiVersion and kind."""
+    key = (str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")))
+    try:
+        return _BY_API_KIND[key]
+    except KeyError:
+        raise ValueError(f"unknown resource apiVersion={key[0]!r} kind={key[1]!r}") from None
