@@ -1,0 +1,471 @@
+"""Validation of the six kubeflow.org/v1 kinds (spec §3).
+
+In: a loaded but *un-defaulted* job, as the upstream admission webhook sees
+it, and on update the stored (old) job. Out: a ``Report`` holding every
+error of the document at once (a Kubernetes ``field.ErrorList``) and the
+warnings the PyTorch webhook returns.
+
+Where kto differs from upstream (each is listed in docs/api.md):
+- MPIJob, validated upstream in the controller with "first failing rule
+  wins", gets every error reported, each with a field path; the upstream
+  sentence is kept as the detail.
+- The PyTorch update check of ``runPolicy.managedBy`` works (upstream passes
+  the new object as the old one). JAXJob still does not check ``managedBy``
+  at all, as upstream, so that a JAXJob accepted upstream is accepted here.
+- A null replica spec is an error (``Required``) instead of a crash.
+- Replica-type keys that collide case-insensitively (``Worker`` and
+  ``worker``) are a ``Duplicate`` error: defaulting would merge them.
+- Pod-template shapes that defaulting and planning rely on (``spec`` an
+  object, ``containers`` a list of objects, ``name`` and ``image`` strings,
+  ``ports`` a list) are checked, as the upstream CRD schema does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+from shared.api import common, jobs
+
+ErrorType = Literal["Required", "Invalid", "Forbidden", "NotSupported", "Duplicate"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldError:
+    """One entry of a Kubernetes field.ErrorList.
+
+    ``value`` is the offending value, quoted, for the types whose Kubernetes
+    message carries it (Invalid, NotSupported, Duplicate); it goes between
+    the type and the detail: ``metadata.name: Invalid: "0-test": should match: …``.
+    """
+
+    path: str
+    type: ErrorType
+    detail: str
+    value: str | None = None
+
+    @property
+    def message(self) -> str:
+        """The error without its field path: ``<Type>: [<value>: ]<detail>``."""
+        parts: list[str] = [self.type]
+        if self.value is not None:
+            parts.append(self.value)
+        if self.detail:
+            parts.append(self.detail)
+        return ": ".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclasses.dataclass
+class Report:
+    """Everything wrong with one document, and the warnings to show anyway."""
+
+    errors: list[FieldError] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def describe(report: Report) -> str:
+    """The errors joined as a Kubernetes aggregate (``, ``), as in a webhook denial."""
+    return ", ".join(str(error) for error in report.errors)
+
+
+def validate(job: jobs.Job, old: jobs.Job | None = None) -> Report:
+    """Validate ``job`` (un-defaulted); pass ``old`` on update to check immutable fields."""
+    report = Report()
+    _KINDS[job.KIND](job, old, report)
+    if old is not None:
+        _check_queue_immutable(job, old, report)
+    return report
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+_DNS1035_MAX = 63
+_DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035_MESSAGE = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+    "start with an alphabetic character, and end with an alphanumeric character "
+    "(e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+
+
+def _quote(value: object) -> str:
+    """A value quoted as Go's %q / Kubernetes error bodies show it."""
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    return str(value)
+
+
+def _dns1035_errors(name: str) -> list[str]:
+    """apimachinery IsDNS1035Label: length first, then the pattern."""
+    errors = []
+    if len(name) > _DNS1035_MAX:
+        errors.append(f"must be no more than {_DNS1035_MAX} characters")
+    if not _DNS1035_RE.match(name):
+        errors.append(_DNS1035_MESSAGE)
+    return errors
+
+
+def _check_name(job: jobs.Job, report: Report) -> None:
+    """C1: metadata.name is a DNS-1035 label."""
+    errors = _dns1035_errors(job.name)
+    if errors:
+        report.errors.append(
+            FieldError("metadata.name", "Invalid", f"should match: {','.join(errors)}", _quote(job.name))
+        )
+
+
+def _map_path(job: jobs.Job) -> str:
+    return f"spec.{job.REPLICA_FIELD_ALIAS}"
+
+
+def _rt_path(job: jobs.Job, replica_type: str) -> str:
+    return f"{_map_path(job)}[{replica_type}]"
+
+
+def _supported(values: tuple[str, ...] | list[str]) -> str:
+    return "supported values: " + ", ".join(_quote(v) for v in values)
+
+
+def _check_managed_by(job: jobs.Job, report: Report) -> None:
+    """C6: managedBy, when set (even to ""), is one of the two known controllers."""
+    run_policy = job.spec.run_policy
+    managed_by = run_policy.managed_by if run_policy else None
+    if managed_by is not None and managed_by not in common.MANAGED_BY_VALUES:
+        report.errors.append(
+            FieldError(
+                "spec.runPolicy.managedBy",
+                "NotSupported",
+                _supported(list(common.MANAGED_BY_VALUES)),
+                _quote(managed_by),
+            )
+        )
+
+
+def _check_managed_by_update(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    """C7: managedBy is immutable (nil → set and set → nil are changes too)."""
+    if old is None:
+        return
+    new_value = job.spec.run_policy.managed_by if job.spec.run_policy else None
+    old_value = old.spec.run_policy.managed_by if old.spec.run_policy else None
+    if new_value != old_value:
+        shown = "null" if new_value is None else _quote(new_value)
+        report.errors.append(
+            FieldError("spec.runPolicy.managedBy", "Invalid", "field is immutable", shown)
+        )
+
+
+def _check_queue_immutable(job: jobs.Job, old: jobs.Job, report: Report) -> None:
+    """§3.5: the CRD's CEL transition rule on schedulingPolicy.queue.
+
+    A transition rule is evaluated only when both the old and the new object
+    have the field, so setting or removing the queue is allowed.
+    """
+    new_queue = _queue(job)
+    old_queue = _queue(old)
+    if new_queue is not None and old_queue is not None and new_queue != old_queue:
+        report.errors.append(
+            FieldError(
+                "spec.runPolicy.schedulingPolicy.queue",
+                "Invalid",
+                "spec.runPolicy.schedulingPolicy.queue is immutable",
+                _quote(new_queue),
+            )
+        )
+
+
+def _queue(job: jobs.Job) -> str | None:
+    run_policy = job.spec.run_policy
+    if run_policy is None or run_policy.scheduling_policy is None:
+        return None
+    return run_policy.scheduling_policy.queue
+
+
+@dataclasses.dataclass(frozen=True)
+class _Container:
+    index: int
+    name: Any
+    image: Any
+
+
+def _containers(
+    spec: common.ReplicaSpec, containers_path: str, report: Report
+) -> list[_Container] | None:
+    """The containers of a replica's pod template, or None when the shape is wrong.
+
+    Shape errors (as the API server's pod-template schema would report them)
+    are added to ``report``.
+    """
+    template_path = containers_path.removesuffix(".spec.containers")
+    pod_spec = spec.template.get("spec")
+    if pod_spec is None:
+        return []
+    if not isinstance(pod_spec, dict):
+        report.errors.append(FieldError(f"{template_path}.spec", "Invalid", "must be an object"))
+        return None
+    raw = pod_spec.get("containers")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        report.errors.append(FieldError(containers_path, "Invalid", "must be a list"))
+        return None
+    result: list[_Container] = []
+    shape_ok = True
+    for index, container in enumerate(raw):
+        path = f"{containers_path}[{index}]"
+        if not isinstance(container, dict):
+            report.errors.append(FieldError(path, "Invalid", "must be an object"))
+            shape_ok = False
+            continue
+        for field in ("name", "image"):
+            value = container.get(field)
+            if value is not None and not isinstance(value, str):
+                report.errors.append(FieldError(f"{path}.{field}", "Invalid", "must be a string"))
+                shape_ok = False
+        ports = container.get("ports")
+        if ports is not None and (
+            not isinstance(ports, list) or not all(isinstance(p, dict) for p in ports)
+        ):
+            report.errors.append(FieldError(f"{path}.ports", "Invalid", "must be a list of objects"))
+            shape_ok = False
+        result.append(_Container(index, container.get("name") or "", container.get("image") or ""))
+    return result if shape_ok else None
+
+
+def _check_duplicate_keys(job: jobs.Job, report: Report) -> None:
+    """kto: two RT keys equal but for case would be merged by camel-casing (§2)."""
+    seen: dict[str, str] = {}
+    for replica_type in job.replica_specs or {}:
+        folded = replica_type.lower()
+        if folded in seen:
+            report.errors.append(
+                FieldError(
+                    _rt_path(job, replica_type),
+                    "Duplicate",
+                    f"replica type {_quote(seen[folded])} is already present (keys are compared case-insensitively)",
+                    _quote(replica_type),
+                )
+            )
+        else:
+            seen[folded] = replica_type
+
+
+# ---------------------------------------------------------------------------
+# The five webhook kinds
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _WebhookRules:
+    """What differs between the five webhooks (§3.2, §3.3)."""
+
+    allowed_types: tuple[str, ...] | None
+    """Allowed RT keys, or None when any key is accepted (TFJob)."""
+    quote_container_name: bool = False
+    """Paddle writes the default container name with %q in C5."""
+    check_managed_by: bool = True
+    """C6/C7; JAXJob checks neither (kept from upstream)."""
+
+
+def _check_webhook_kind(job: jobs.Job, old: jobs.Job | None, report: Report, rules: _WebhookRules) -> None:
+    """C1–C7 and the RT allow-list, then the per-RT container checks."""
+    _check_name(job, report)
+    if rules.check_managed_by:
+        _check_managed_by_update(job, old, report)
+        _check_managed_by(job, report)
+    specs = job.replica_specs
+    if specs is None:
+        report.errors.append(FieldError(_map_path(job), "Required", "must be required"))
+        return
+    _check_duplicate_keys(job, report)
+    name = _quote(job.DEFAULT_CONTAINER) if rules.quote_container_name else job.DEFAULT_CONTAINER
+    for replica_type, spec in specs.items():
+        rt_path = _rt_path(job, replica_type)
+        containers_path = f"{rt_path}.template.spec.containers"
+        if rules.allowed_types is not None and replica_type not in rules.allowed_types:
+            report.errors.append(
+                FieldError(rt_path, "NotSupported", _supported(rules.allowed_types), _quote(replica_type))
+            )
+        if spec is None:
+            report.errors.append(FieldError(rt_path, "Required", "must be specified"))
+            continue
+        containers = _containers(spec, containers_path, report)
+        if containers is None:
+            continue
+        if not containers:
+            report.errors.append(FieldError(containers_path, "Required", "must be specified"))
+        for container in containers:
+            if not container.image:
+                report.errors.append(
+                    FieldError(f"{containers_path}[{container.index}].image", "Required", "must be required")
+                )
+        if not any(container.name == job.DEFAULT_CONTAINER for container in containers):
+            report.errors.append(
+                FieldError(containers_path, "Required", f"must have at least one container with name {name}")
+            )
+
+
+def _check_replicas_exactly_one(job: jobs.Job, replica_type: str, report: Report) -> None:
+    """Master.replicas must be spelled out as 1: the webhook runs before defaulting."""
+    spec = job.specs().get(replica_type)
+    if spec is not None and spec.replicas != 1:
+        report.errors.append(FieldError(f"{_rt_path(job, replica_type)}.replicas", "Forbidden", "must be 1"))
+
+
+def _pytorch(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    assert isinstance(job, jobs.PyTorchJob)
+    _check_webhook_kind(job, old, report, _WebhookRules(allowed_types=job.REPLICA_TYPES))
+    spec = job.spec
+    elastic = spec.elastic_policy
+    if elastic is not None and elastic.n_proc_per_node is not None:
+        report.warnings.append("spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead")
+        if spec.nproc_per_node is not None:
+            report.errors.append(
+                FieldError("spec.elasticPolicy.nProcPerNode", "Forbidden", "must not be used with spec.nprocPerNode")
+            )
+    if spec.pytorch_replica_specs is None:
+        return
+    _check_replicas_exactly_one(job, "Master", report)
+    for replica_type, replica in job.specs().items():
+        if replica_type != "Master" and replica.replicas is not None and replica.replicas < 1:
+            report.errors.append(
+                FieldError(f"{_rt_path(job, replica_type)}.replicas", "Forbidden", "must be at least 1")
+            )
+    if elastic is not None and "Worker" not in spec.pytorch_replica_specs:
+        report.errors.append(
+            FieldError(_rt_path(job, "Worker"), "Required", "must be configured if elastic policy is used")
+        )
+
+
+def _tensorflow(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    assert isinstance(job, jobs.TFJob)
+    _check_webhook_kind(job, old, report, _WebhookRules(allowed_types=None))
+    keys = job.spec.tf_replica_specs or {}
+    # Upstream counts keys, not replicas: Chief with replicas 2 passes.
+    if sum(1 for key in keys if key in ("Chief", "Master")) > 1:
+        report.errors.append(
+            FieldError(_map_path(job), "Forbidden", "must not have more than 1 Chief or Master role")
+        )
+
+
+def _xgboost(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    assert isinstance(job, jobs.XGBoostJob)
+    _check_webhook_kind(job, old, report, _WebhookRules(allowed_types=job.REPLICA_TYPES))
+    specs = job.spec.xgb_replica_specs
+    if specs is None:
+        return
+    if "Master" not in specs:
+        report.errors.append(FieldError(_rt_path(job, "Master"), "Required", "must be present"))
+    else:
+        _check_replicas_exactly_one(job, "Master", report)
+
+
+def _paddle(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    assert isinstance(job, jobs.PaddleJob)
+    _check_webhook_kind(
+        job, old, report, _WebhookRules(allowed_types=job.REPLICA_TYPES, quote_container_name=True)
+    )
+
+
+def _jax(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    assert isinstance(job, jobs.JAXJob)
+    _check_webhook_kind(
+        job, old, report, _WebhookRules(allowed_types=job.REPLICA_TYPES, check_managed_by=False)
+    )
+
+
+# ---------------------------------------------------------------------------
+# MPIJob (upstream mpi_validation.go, run by the controller)
+# ---------------------------------------------------------------------------
+
+
+def _mpi(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
+    """Every rule of ValidateV1MpiJobSpec, all reported, with field paths.
+
+    No name check, no container-name requirement and no managedBy check, as
+    upstream (MPIJob has no webhook).
+    """
+    assert isinstance(job, jobs.MPIJob)
+    specs = job.spec.mpi_replica_specs
+    if specs is None:
+        report.errors.append(FieldError(_map_path(job), "Required", "MPIReplicaSpecs is not valid"))
+        return
+    _check_duplicate_keys(job, report)
+    for replica_type, spec in specs.items():
+        rt_path = _rt_path(job, replica_type)
+        containers_path = f"{rt_path}.template.spec.containers"
+        if replica_type not in job.REPLICA_TYPES:
+            allowed = " ".join(job.REPLICA_TYPES)
+            report.errors.append(
+                FieldError(
+                    rt_path,
+                    "NotSupported",
+                    f"MPIReplicaType is {replica_type} but must be one of [{allowed}]",
+                    _quote(replica_type),
+                )
+            )
+        missing = f"MPIReplicaSpecs is not valid: containers definition expected in {replica_type}"
+        if spec is None:
+            report.errors.append(FieldError(rt_path, "Required", missing))
+            continue
+        containers = _containers(spec, containers_path, report)
+        if containers is None:
+            continue
+        if not containers:
+            report.errors.append(FieldError(containers_path, "Required", missing))
+        for container in containers:
+            path = f"{containers_path}[{container.index}]"
+            if not container.image:
+                report.errors.append(
+                    FieldError(
+                        f"{path}.image",
+                        "Required",
+                        f"MPIReplicaSpec is not valid: Image is undefined in the container of {replica_type}",
+                    )
+                )
+            if not container.name:
+                report.errors.append(
+                    FieldError(
+                        f"{path}.name",
+                        "Required",
+                        f"MPIReplicaSpec is not valid: ImageName is undefined in the container of {replica_type}",
+                    )
+                )
+        if replica_type == "Launcher" and spec.replicas is not None and spec.replicas != 1:
+            report.errors.append(
+                FieldError(
+                    f"{rt_path}.replicas",
+                    "Forbidden",
+                    "MPIReplicaSpec is not valid: There must be only 1 launcher replica",
+                )
+            )
+    if "Launcher" not in specs:
+        report.errors.append(
+            FieldError(
+                _rt_path(job, "Launcher"),
+                "Required",
+                "MPIReplicaSpec is not valid: Master ReplicaSpec must be present",
+            )
+        )
+
+
+_KINDS: dict[str, Callable[[jobs.Job, jobs.Job | None, Report], None]] = {
+    jobs.PyTorchJob.KIND: _pytorch,
+    jobs.TFJob.KIND: _tensorflow,
+    jobs.XGBoostJob.KIND: _xgboost,
+    jobs.MPIJob.KIND: _mpi,
+    jobs.PaddleJob.KIND: _paddle,
+    jobs.JAXJob.KIND: _jax,
+}
+"""Validation rules, keyed by kind."""
