@@ -1,0 +1,271 @@
+"""Publishing records to the bus.
+
+In: :data:`~shared.bus.records.Record` values from a service (or raw bytes for
+the dead-letter topic), optional Kafka headers, the current trace context.
+Out: Kafka records keyed by job key (so a job's records share one partition
+and keep their order), with W3C ``traceparent`` headers, ``acks=all``.
+
+Sending never drops a record silently: retriable failures (broker away, leader
+moving, batch expired) are retried with capped backoff for as long as it takes,
+and each failed attempt is reported to the hooks (``send.error``,
+``broker.unreachable``). Errors no retry can fix raise
+:class:`~shared.bus.errors.PublishError`.
+
+Tansu has no InitProducerId, so the producer is not idempotent: a retry may
+write a record twice. Consumers drop the copy by record id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
+from opentelemetry import trace
+
+from shared import tracing
+from shared.bus import errors, events, records, retrying
+from shared.bus.settings import KafkaSettings, client_options
+
+_tracer = trace.get_tracer("kto.bus")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """Where a record was written."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class Publisher:
+    """An ``async with`` producer of kto records; ``stop()`` is safe to call twice.
+
+    ``source`` and ``instance`` are stamped on records that leave them empty.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        source: str,
+        instance: str,
+        *,
+        on_event: Iterable[events.Hook] = (),
+        policy: retrying.RetryPolicy = retrying.RetryPolicy(),
+    ) -> None:
+        self._settings = settings
+        self._source = source
+        self._instance = instance
+        self._emit = events.Emitter(on_event)
+        self._policy = policy
+        self._producer: AIOKafkaProducer | None = None
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def settings(self) -> KafkaSettings:
+        return self._settings
+
+    async def __aenter__(self) -> Publisher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+    async def start(self) -> None:
+        """Connect, retrying while the broker is unreachable."""
+        await self._ready()
+
+    async def stop(self) -> None:
+        """Flush pending records and close; safe to call twice."""
+        self._closed = True
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def _ready(self) -> Any:
+        if self._producer is not None:
+            return self._producer
+        if self._closed:
+            raise errors.PublishError("the publisher is stopped")
+        async with self._start_lock:
+            if self._producer is not None:
+                return self._producer
+            async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
+                with attempt:
+                    producer = AIOKafkaProducer(
+                        **client_options(self._settings),
+                        enable_idempotence=False,  # Tansu: no InitProducerId
+                        acks="all",
+                        linger_ms=self._settings.linger_ms,
+                    )
+                    try:
+                        await producer.start()
+                    except BaseException:
+                        await asyncio.shield(producer.stop())
+                        raise
+                    self._producer = producer
+            return self._producer
+
+    def _unreachable(self, attempt: int, exc: BaseException, wait: float) -> None:
+        self._emit(
+            events.BROKER_UNREACHABLE,
+            bootstrap=self._settings.bootstrap,
+            attempt=attempt,
+            error=repr(exc),
+            retry_in=wait,
+        )
+
+    def _stamp(self, record: records.Record) -> records.Record:
+        update: dict[str, str] = {}
+        if not record.source:
+            update["source"] = self._source
+        if not record.instance:
+            update["instance"] = self._instance
+        return record.model_copy(update=update) if update else record
+
+    async def publish(
+        self,
+        record: records.Record,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        *,
+        topic: str | None = None,
+    ) -> Sent:
+        """Write one record (to the jobs topic unless ``topic`` is given), keyed by
+        its job key, with the current trace context in its headers."""
+        record = self._stamp(record)
+        topic = topic or self._settings.jobs_topic
+        with _tracer.start_as_current_span(
+            f"{topic} publish",
+            kind=trace.SpanKind.PRODUCER,
+            attributes=_span_attributes(topic, record),
+        ) as span:
+            sent = await self.send_raw(
+                topic, records.encode(record), key=record.key.encode(),
+                headers=tracing.inject(headers),
+            )
+            span.set_attribute("messaging.destination.partition.id", str(sent.partition))
+            span.set_attribute("messaging.kafka.offset", sent.offset)
+            return sent
+
+    async def publish_many(
+        self,
+        batch: Iterable[records.Record],
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        *,
+        topic: str | None = None,
+    ) -> list[Sent]:
+        """Write several records, batched; results in the order given.
+
+        Records of one key keep their order. A record whose send failed with a
+        retriable error is sent again (in order, with retries); a record no retry
+        can fix raises :class:`PublishError` after the others are written.
+        """
+        topic = topic or self._settings.jobs_topic
+        stamped = [self._stamp(r) for r in batch]
+        if not stamped:
+            return []
+        producer = await self._ready()
+        with _tracer.start_as_current_span(
+            f"{topic} publish", kind=trace.SpanKind.PRODUCER,
+            attributes={"messaging.system": "kafka", "messaging.destination.name": topic,
+                        "messaging.batch.message_count": len(stamped)},
+        ):
+            trace_headers = tracing.inject(headers)
+            futures: list[asyncio.Future[Any] | BaseException] = []
+            for record in stamped:
+                try:
+                    futures.append(await producer.send(
+                        topic, records.encode(record), key=record.key.encode(),
+                        headers=trace_headers,
+                    ))
+                except kafka_errors.KafkaError as exc:
+                    futures.append(exc)
+            results: list[Sent | None] = []
+            failures: list[tuple[int, BaseException]] = []
+            for index, future in enumerate(futures):
+                try:
+                    if isinstance(future, BaseException):
+                        raise future
+                    metadata = await future
+                except kafka_errors.KafkaError as exc:
+                    results.append(None)
+                    failures.append((index, exc))
+                    self._emit(events.SEND_ERROR, topic=topic, partition=None,
+                               key=stamped[index].key, error=repr(exc), attempt=1)
+                    continue
+                sent = Sent(topic, metadata.partition, metadata.offset)
+                results.append(sent)
+                self._emit(events.SEND_DONE, topic=topic, partition=sent.partition,
+                           offset=sent.offset, key=stamped[index].key)
+            permanent: list[BaseException] = []
+            for index, failure in failures:
+                if not errors.is_retriable(failure):
+                    permanent.append(failure)
+                    continue
+                results[index] = await self.send_raw(
+                    topic, records.encode(stamped[index]), key=stamped[index].key.encode(),
+                    headers=trace_headers,
+                )
+            if permanent:
+                raise errors.PublishError(
+                    f"{len(permanent)} of {len(stamped)} records refused by {topic}: "
+                    f"{permanent[0]!r}"
+                ) from permanent[0]
+            return [r for r in results if r is not None]
+
+    async def send_raw(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> Sent:
+        """Write bytes as they are (used for dead-lettering), retrying retriable
+        errors until the broker takes them."""
+
+        def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+            self._emit(events.SEND_ERROR, topic=topic, partition=None,
+                       key=key.decode(errors="replace") if key else None,
+                       error=repr(exc), attempt=attempt, retry_in=wait)
+            if isinstance(exc, (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError)):
+                self._unreachable(attempt, exc, wait)
+
+        try:
+            async for attempt in retrying.transport(self._policy, on_retry=on_retry):
+                with attempt:
+                    producer = await self._ready()
+                    metadata = await producer.send_and_wait(
+                        topic, value, key=key, headers=list(headers or ())
+                    )
+        except kafka_errors.KafkaError as exc:
+            self._emit(events.SEND_ERROR, topic=topic, partition=None,
+                       key=key.decode(errors="replace") if key else None, error=repr(exc))
+            raise errors.PublishError(f"{topic} refused a record: {exc!r}") from exc
+        sent = Sent(topic, metadata.partition, metadata.offset)
+        self._emit(events.SEND_DONE, topic=topic, partition=sent.partition, offset=sent.offset,
+                   key=key.decode(errors="replace") if key else None)
+        return sent
+
+
+def _span_attributes(topic: str, record: records.Record) -> dict[str, str]:
+    return {
+        "messaging.system": "kafka",
+        "messaging.destination.name": topic,
+        "messaging.kafka.message.key": record.key,
+        "kto.job_key": record.key,
+        "kto.record.type": record.type,
+        "kto.record.id": record.id,
+    }

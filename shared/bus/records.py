@@ -1,0 +1,227 @@
+"""The versioned envelope of every record on ``kto.jobs``: pure pydantic, no I/O.
+
+In: records built by services (observations of Kubernetes objects, decisions of
+the reconciler and status workers), or the bytes of a Kafka record value.
+Out: :func:`encode` → JSON bytes for the wire; :func:`decode` → a typed
+:data:`Record` (an :class:`Observation` or a :class:`Decision`), or
+:class:`MalformedRecord` saying why the bytes are not a valid envelope.
+
+Every record carries the job key it is about; the key is also the Kafka record
+key, so all records of one job land in one partition, in order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from typing import Annotated, Any, Literal, TypeAlias
+
+import pydantic
+
+SCHEMA_VERSION: Literal[1] = 1
+"""The envelope version this code writes and reads. A reader rejects any other."""
+
+_ID_NAMESPACE = uuid.UUID("6f0c4b8e-3c1e-4c55-9a3a-6b1f0d1c2a77")
+
+
+class InvalidJobKey(ValueError):
+    """A string is not a ``cluster/namespace/kind/name`` job key. Not retriable."""
+
+
+class MalformedRecord(ValueError):
+    """Bytes that are not a valid kto envelope (bad JSON, unknown schema_version,
+    missing or wrong field). Not retriable: the record goes to the dead-letter topic."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class JobKey(pydantic.BaseModel):
+    """Identity of a training job across clusters: ``cluster/namespace/kind/name``."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    cluster: str
+    """Name of the cluster the job lives in (as configured for its watcher)."""
+    namespace: str
+    kind: str
+    """Job kind, e.g. ``PyTorchJob``."""
+    name: str
+
+    @pydantic.field_validator("cluster", "namespace", "kind", "name")
+    @classmethod
+    def _one_segment(cls, value: str) -> str:
+        if not value or "/" in value or value != value.strip():
+            raise ValueError(f"{value!r} must be non-empty, without '/' or surrounding spaces")
+        return value
+
+    @classmethod
+    def parse(cls, text: str) -> JobKey:
+        """Parse ``cluster/namespace/kind/name``; :class:`InvalidJobKey` if it is not one."""
+        parts = text.split("/")
+        if len(parts) != 4 or not all(parts) or any(p != p.strip() for p in parts):
+            raise InvalidJobKey(
+                f"job key {text!r} is not cluster/namespace/kind/name (4 non-empty parts)"
+            )
+        cluster, namespace, kind, name = parts
+        return cls(cluster=cluster, namespace=namespace, kind=kind, name=name)
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.namespace}/{self.kind}/{self.name}"
+
+
+def deterministic_id(*parts: str) -> str:
+    """A record id derived from ``parts`` (uuid5 hex), for a producer that may
+    publish the same fact twice and wants the copies removed as duplicates."""
+    return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)).hex
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class _Envelope(pydantic.BaseModel):
+    """Fields every record carries, whatever its type."""
+
+    # Unknown fields are ignored so a newer writer can add optional fields
+    # within one schema_version; a breaking change bumps schema_version.
+    model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """Envelope version; readers reject versions they do not know."""
+    id: str = pydantic.Field(default_factory=_new_id, min_length=1)
+    """Unique record id: uuid4 hex, or :func:`deterministic_id` when the producer
+    wants repeats of one fact to be deduplicated."""
+    key: str
+    """The job key ``cluster/namespace/kind/name``; also the Kafka record key."""
+    resource_version: str = ""
+    """Kubernetes resourceVersion of the object observed (or acted on); "" if none."""
+    observed_at: datetime.datetime = pydantic.Field(default_factory=_now)
+    """When the fact was observed or decided; RFC3339 UTC on the wire."""
+    source: str = ""
+    """Service that produced the record (watcher, reconciler, status…); stamped by
+    the publisher when left empty."""
+    instance: str = ""
+    """Process instance id of the producer; stamped by the publisher when left empty."""
+
+    @pydantic.field_validator("key")
+    @classmethod
+    def _valid_key(cls, value: str) -> str:
+        JobKey.parse(value)
+        return value
+
+    @pydantic.field_validator("observed_at")
+    @classmethod
+    def _utc(cls, value: datetime.datetime) -> datetime.datetime:
+        if value.tzinfo is None:
+            raise ValueError("observed_at needs a time zone (RFC3339)")
+        return value.astimezone(datetime.UTC)
+
+    @pydantic.field_serializer("observed_at")
+    def _rfc3339(self, value: datetime.datetime) -> str:
+        return value.astimezone(datetime.UTC).isoformat(timespec="microseconds").replace(
+            "+00:00", "Z"
+        )
+
+    @property
+    def job_key(self) -> JobKey:
+        return JobKey.parse(self.key)
+
+
+ObservationEvent: TypeAlias = Literal["ADDED", "MODIFIED", "DELETED", "RESYNCED"]
+
+
+class Observation(_Envelope):
+    """A Kubernetes object related to the job was added, modified, deleted, or
+    re-sent by a periodic resync (RESYNCED), with the object as seen."""
+
+    type: Literal["observation"] = "observation"
+    object_kind: str
+    """Kind of the object: PyTorchJob, TFJob…, Pod, Service, ConfigMap, PodGroup…"""
+    event: ObservationEvent
+    object: dict[str, Any]
+    """The object as returned by the API server (lossless JSON)."""
+
+
+WELL_KNOWN_ACTIONS: tuple[str, ...] = (
+    "child_created",
+    "child_deleted",
+    "child_create_failed",
+    "child_delete_failed",
+    "replica_restarted",
+    "job_created",
+    "job_running",
+    "job_restarting",
+    "job_failed",
+    "job_succeeded",
+    "job_suspended",
+    "job_resumed",
+    "job_validation_failed",
+    "status_written",
+    "job_deleted_ttl",
+)
+"""Actions the services publish today. ``Decision.action`` stays an open string so
+a newer service can add one without breaking older readers."""
+
+
+class Decision(_Envelope):
+    """Something a kto worker decided or did about the job (an audit-log entry)."""
+
+    type: Literal["decision"] = "decision"
+    action: str = pydantic.Field(min_length=1)
+    """What was decided; one of :data:`WELL_KNOWN_ACTIONS` or a newer value."""
+    child_kind: str | None = None
+    """Kind of the child acted on (Pod, Service, ConfigMap, PodGroup), if any."""
+    child_name: str | None = None
+    """Name of the child acted on, if any."""
+    reason: str = ""
+    """CamelCase machine reason, as in Kubernetes conditions (e.g. BackoffLimitExceeded)."""
+    message: str = ""
+    """Human-readable explanation."""
+    detail: dict[str, Any] = pydantic.Field(default_factory=dict)
+    """Action-specific data (replica type and index, exit code, API error…)."""
+
+
+Record: TypeAlias = Annotated[Observation | Decision, pydantic.Field(discriminator="type")]
+"""Any record on the jobs topic, discriminated by ``type``."""
+
+_RECORD: pydantic.TypeAdapter[Observation | Decision] = pydantic.TypeAdapter(Record)
+
+
+def encode(record: Observation | Decision) -> bytes:
+    """The record as compact UTF-8 JSON."""
+    return record.model_dump_json().encode()
+
+
+def decode(data: bytes | None) -> Observation | Decision:
+    """Parse a record value; :class:`MalformedRecord` with the reason if it is not
+    a valid envelope of a known schema_version."""
+    if data is None:
+        raise MalformedRecord("empty value (tombstone), not a kto record")
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedRecord(f"not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise MalformedRecord(f"not a JSON object but {type(raw).__name__}")
+    if "schema_version" not in raw:
+        raise MalformedRecord("missing schema_version")
+    version = raw["schema_version"]
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise MalformedRecord(
+            f"unknown schema_version {version!r} (this reader knows {SCHEMA_VERSION})"
+        )
+    try:
+        return _RECORD.validate_python(raw)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<record>'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        raise MalformedRecord(f"invalid envelope: {problems}") from None

@@ -1,0 +1,211 @@
+"""Kafka connection and topic settings for every kto service.
+
+In: the process environment (``KTO_KAFKA_*``), read once at start-up by a command.
+Out: one frozen :class:`KafkaSettings` passed down explicitly to publishers,
+consumers, readers and :func:`shared.bus.broker.ensure_topics`, plus
+:func:`client_options`, the aiokafka keyword arguments those clients share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from aiokafka.helpers import create_ssl_context
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""Values accepted for ``security_protocol`` (Kafka's names)."""
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""SASL mechanisms that authenticate with a user name and password."""
+
+ENV_PREFIX = "KTO_KAFKA_"
+
+
+class SettingsError(ValueError):
+    """A setting (or the ``KTO_KAFKA_*`` variable behind it) holds a value kto cannot use.
+
+    Not retriable: the message names the field or the variable to fix.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.message = message
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaSettings:
+    """Where the bus is and how to talk to it. Each field has the env var that sets it."""
+
+    bootstrap: str = "localhost:9092"
+    """``KTO_KAFKA_BOOTSTRAP``: comma-separated ``host:port`` list of brokers to bootstrap from."""
+
+    security_protocol: str = "PLAINTEXT"
+    """``KTO_KAFKA_SECURITY_PROTOCOL``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+
+    sasl_mechanism: str = "PLAIN"
+    """``KTO_KAFKA_SASL_MECHANISM``: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols only)."""
+
+    sasl_username: str | None = None
+    """``KTO_KAFKA_SASL_USERNAME``: SASL user; required with SASL_PLAINTEXT / SASL_SSL."""
+
+    sasl_password: str | None = dataclasses.field(default=None, repr=False)
+    """``KTO_KAFKA_SASL_PASSWORD``: SASL password; required with SASL_PLAINTEXT / SASL_SSL."""
+
+    ssl_cafile: str | None = None
+    """``KTO_KAFKA_SSL_CAFILE``: PEM bundle of CAs that sign the brokers' certificates
+    (SSL / SASL_SSL; unset → the system trust store)."""
+
+    ssl_certfile: str | None = None
+    """``KTO_KAFKA_SSL_CERTFILE``: PEM client certificate for mutual TLS (optional)."""
+
+    ssl_keyfile: str | None = None
+    """``KTO_KAFKA_SSL_KEYFILE``: PEM private key of ``ssl_certfile`` (optional)."""
+
+    jobs_topic: str = "kto.jobs"
+    """``KTO_KAFKA_JOBS_TOPIC``: the one typed topic keyed by job key."""
+
+    dlq_topic: str = "kto.dlq"
+    """``KTO_KAFKA_DLQ_TOPIC``: dead-letter topic for records that cannot be processed."""
+
+    partitions: int = 16
+    """``KTO_KAFKA_PARTITIONS``: partitions of the topics kto creates (the most
+    consumers of one group that can work at once)."""
+
+    replication_factor: int = 1
+    """``KTO_KAFKA_REPLICATION_FACTOR``: replication of the topics kto creates
+    (use 3 on a production cluster)."""
+
+    client_id: str = "kto"
+    """``KTO_KAFKA_CLIENT_ID``: client id sent to the broker (shows in its logs and quotas)."""
+
+    session_timeout_ms: int = 10_000
+    """``KTO_KAFKA_SESSION_TIMEOUT_MS``: a consumer silent this long is dropped from its group."""
+
+    heartbeat_interval_ms: int = 3_000
+    """``KTO_KAFKA_HEARTBEAT_INTERVAL_MS``: how often a consumer heartbeats; also how
+    soon it notices a rebalance. Must be below ``session_timeout_ms``."""
+
+    linger_ms: int = 5
+    """``KTO_KAFKA_LINGER_MS``: how long the producer waits to batch records."""
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KafkaSettings:
+        """Settings from ``KTO_KAFKA_*`` variables; unset ones keep their defaults.
+
+        Raises :class:`SettingsError` naming the variable for a value kto cannot use.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            var = ENV_PREFIX + field.name.upper()
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            raw = raw.strip()
+            if field.type in ("int", int):
+                values[field.name] = _parse(var, raw, _positive_int)
+            elif field.name in ("security_protocol", "sasl_mechanism"):
+                values[field.name] = raw.upper()
+            else:
+                values[field.name] = raw
+        try:
+            return cls(**values)
+        except SettingsError as exc:
+            if exc.field is None:
+                raise
+            raise SettingsError(f"{ENV_PREFIX}{exc.field.upper()}: {exc.message}") from None
+
+
+_T = TypeVar("_T")
+
+
+def _parse(var: str, raw: str, parse: Callable[[str], _T]) -> _T:
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{var}={raw!r}: {exc}") from None
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError("not an integer") from None
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _check(s: KafkaSettings) -> None:
+    """Validate a settings value; errors carry (message, field name)."""
+    if not s.bootstrap.strip():
+        raise SettingsError("must name at least one host:port", "bootstrap")
+    for server in s.bootstrap.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise SettingsError(f"{server.strip()!r} is not host:port", "bootstrap")
+    if s.security_protocol not in SECURITY_PROTOCOLS:
+        raise SettingsError(
+            f"{s.security_protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}",
+            "security_protocol",
+        )
+    if s.sasl_mechanism not in SASL_MECHANISMS:
+        raise SettingsError(
+            f"{s.sasl_mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}", "sasl_mechanism"
+        )
+    if s.security_protocol.startswith("SASL_"):
+        if not s.sasl_username:
+            raise SettingsError(f"required with {s.security_protocol}", "sasl_username")
+        if s.sasl_password is None:
+            raise SettingsError(f"required with {s.security_protocol}", "sasl_password")
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(s, name)
+        if path is not None and not os.path.isfile(path):
+            raise SettingsError(f"{path!r} is not a readable file", name)
+    if s.ssl_keyfile and not s.ssl_certfile:
+        raise SettingsError("a key needs its certificate (ssl_certfile)", "ssl_keyfile")
+    for name in ("jobs_topic", "dlq_topic", "client_id"):
+        if not getattr(s, name):
+            raise SettingsError("must not be empty", name)
+    if s.jobs_topic == s.dlq_topic:
+        raise SettingsError("must differ from the jobs topic", "dlq_topic")
+    for name in ("partitions", "replication_factor", "session_timeout_ms", "heartbeat_interval_ms"):
+        if getattr(s, name) < 1:
+            raise SettingsError("must be at least 1", name)
+    if s.linger_ms < 0:
+        raise SettingsError("must not be negative", "linger_ms")
+    if s.heartbeat_interval_ms >= s.session_timeout_ms:
+        raise SettingsError("must be below the session timeout", "heartbeat_interval_ms")
+
+
+def ssl_context(settings: KafkaSettings) -> ssl.SSLContext | None:
+    """The TLS context for SSL / SASL_SSL, None for plaintext protocols."""
+    if not settings.security_protocol.endswith("SSL"):
+        return None
+    context: ssl.SSLContext = create_ssl_context(
+        cafile=settings.ssl_cafile, certfile=settings.ssl_certfile, keyfile=settings.ssl_keyfile
+    )
+    return context
+
+
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
+    """Keyword arguments shared by aiokafka's producer, consumer and admin client."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "client_id": settings.client_id,
+        "security_protocol": settings.security_protocol,
+        "ssl_context": ssl_context(settings),
+    }
+    if settings.security_protocol.startswith("SASL_"):
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
+        options["sasl_plain_password"] = settings.sasl_password
+    return options
