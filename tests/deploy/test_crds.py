@@ -1,0 +1,147 @@
+"""The committed CRDs under deploy/crds/ (spec §1.1, §3.5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.api import crds, jobs
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+KINDS = [pytest.param(cls, id=cls.KIND) for cls in jobs.KINDS.values()]
+
+
+def schema_of(cls: type[jobs.Job]) -> dict[str, Any]:
+    schema: dict[str, Any] = crds.crd(cls)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_exactly_one_committed_file_per_kind() -> None:
+    assert sorted(p.name for p in CRD_DIR.glob("*.yaml")) == sorted(crds.files())
+
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_committed_crd_equals_the_generator_output(cls: type[jobs.Job]) -> None:
+    path = CRD_DIR / crds.file_name(cls)
+    assert path.read_text() == crds.render(cls), "run: python -m shared.api.crds deploy/crds"
+    assert yaml.safe_load(path.read_text()) == crds.crd(cls)
+
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_crd_identity(cls: type[jobs.Job]) -> None:
+    crd = crds.crd(cls)
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["metadata"]["name"] == f"{cls.PLURAL}.kubeflow.org"
+    spec = crd["spec"]
+    assert spec["group"] == "kubeflow.org"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": cls.KIND,
+        "listKind": f"{cls.KIND}List",
+        "plural": cls.PLURAL,
+        "singular": cls.SINGULAR,
+    }
+    [version] = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+
+
+def walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    nodes = [(path or ".", schema)]
+    for name, child in schema.get("properties", {}).items():
+        nodes += walk(child, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        nodes += walk(schema["additionalProperties"], f"{path}[*]")
+    if "items" in schema:
+        nodes += walk(schema["items"], f"{path}[]")
+    return nodes
+
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_every_schema_node_is_structural(cls: type[jobs.Job]) -> None:
+    for path, node in walk(schema_of(cls)):
+        if node.get("x-kubernetes-int-or-string"):
+            assert [branch["type"] for branch in node["anyOf"]] == ["integer", "string"], path
+            continue
+        assert node.get("type") in {"object", "array", "string", "integer", "boolean"}, path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node["type"] == "array":
+            assert "items" in node, path
+        if node["type"] == "integer":
+            assert node["format"] in {"int32", "int64"}, path
+        for name in node.get("required", []):
+            assert name in node["properties"], path
+
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_unknown_fields_are_preserved_only_in_templates_and_metrics(cls: type[jobs.Job]) -> None:
+    free = sorted(path for path, node in walk(schema_of(cls)) if node.get("x-kubernetes-preserve-unknown-fields"))
+    expected = [f".spec.{cls.REPLICA_FIELD_ALIAS}[*].template"]
+    if cls in (jobs.PyTorchJob, jobs.PaddleJob):
+        expected.append(".spec.elasticPolicy.metrics[]")
+    assert free == sorted(expected)
+
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_schema_rules_from_the_spec(cls: type[jobs.Job]) -> None:
+    nodes = dict(walk(schema_of(cls)))
+    replicas = f".spec.{cls.REPLICA_FIELD_ALIAS}"
+    assert cls.REPLICA_FIELD_ALIAS in nodes[".spec"]["required"]
+    assert "additionalProperties" in nodes[replicas]
+    assert nodes[f"{replicas}[*].restartPolicy"]["enum"] == ["Always", "OnFailure", "Never", "ExitCode"]
+    assert set(nodes[".spec.runPolicy.cleanPodPolicy"]["enum"]) >= {"All", "Running", "None"}
+    assert nodes[".spec.runPolicy.suspend"] == {"type": "boolean", "default": False}
+    assert nodes[".spec.runPolicy.activeDeadlineSeconds"]["format"] == "int64"
+    assert nodes[".spec.runPolicy.backoffLimit"]["format"] == "int32"
+    assert nodes[".spec.runPolicy.schedulingPolicy.queue"]["x-kubernetes-validations"] == [
+        {"rule": "self == oldSelf", "message": "spec.runPolicy.schedulingPolicy.queue is immutable"}
+    ]
+    assert nodes[".status.conditions[]"]["required"] == ["status", "type"]
+    assert "Worker" not in nodes[replicas].get("properties", {})
+
+
+def test_mpijob_has_its_deprecated_clean_pod_policy() -> None:
+    nodes = dict(walk(schema_of(jobs.MPIJob)))
+    assert set(nodes[".spec.cleanPodPolicy"]["enum"]) >= {"All", "Running", "None"}
+    assert nodes[".spec.slotsPerWorker"] == {"type": "integer", "format": "int32"}
+
+
+@pytest.mark.parametrize(
+    ("cls", "names"),
+    [
+        *[pytest.param(cls, ["State", "Age"], id=cls.KIND) for cls in jobs.KINDS.values() if cls is not jobs.MPIJob],
+        pytest.param(jobs.MPIJob, ["Age", "State"], id="MPIJob-lists-age-first"),
+    ],
+)
+def test_printer_columns(cls: type[jobs.Job], names: list[str]) -> None:
+    columns = {c["name"]: c for c in crds.crd(cls)["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert list(columns) == names
+    assert columns["State"] == {"jsonPath": ".status.conditions[-1:].type", "name": "State", "type": "string"}
+    assert columns["Age"] == {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"}
+
+
+@pytest.mark.parametrize(
+    ("cls", "scalable"),
+    [pytest.param(cls, cls in (jobs.PyTorchJob, jobs.PaddleJob, jobs.JAXJob), id=cls.KIND) for cls in jobs.KINDS.values()],
+)
+def test_status_subresource_everywhere_and_scale_for_elastic_kinds(cls: type[jobs.Job], scalable: bool) -> None:
+    subresources = crds.crd(cls)["spec"]["versions"][0]["subresources"]
+    assert subresources["status"] == {}
+    if scalable:
+        assert subresources["scale"] == {
+            "specReplicasPath": f".spec.{cls.REPLICA_FIELD_ALIAS}.Worker.replicas",
+            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+        }
+    else:
+        assert "scale" not in subresources
+
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_every_model_field_appears_in_the_schema(cls: type[jobs.Job]) -> None:
+    spec_model = cls.model_fields["spec"].annotation
+    assert spec_model is not None
+    properties = schema_of(cls)["properties"]["spec"]["properties"]
+    assert sorted(properties) == sorted(f.alias or n for n, f in spec_model.model_fields.items())
