@@ -38,6 +38,9 @@ class SimSettings:
     watch_window: int = 10000
     """How many past events the watch history keeps; older resourceVersions get 410 Gone."""
 
+    bookmark_interval: float = 1.0
+    """Seconds of quiet after which a watch that asked for bookmarks gets a BOOKMARK event."""
+
     pod_duration: float = 2.0
     """Default seconds a pod's containers run (annotation `sim.kto.dev/duration` overrides)."""
 

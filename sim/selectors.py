@@ -1,0 +1,162 @@
+"""Label and field selectors: parsed once into predicates over objects.
+
+In: the selector strings of a list or watch (``app=x,tier in (a,b),!legacy``,
+``status.phase!=Running``). Out: ``Selector`` predicates; a string that does not parse
+raises ``ApiError`` 400, worded like kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sim import errors
+
+Requirement = Callable[[dict[str, Any]], bool]
+
+_KEY = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z.]*[a-z0-9A-Z])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$")
+_VALUE = re.compile(r"^([a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?)?$")
+
+
+class Selector:
+    """A conjunction of label requirements and field requirements."""
+
+    __slots__ = ("labels", "fields")
+
+    def __init__(self, labels: list[Requirement], fields: list[Requirement]) -> None:
+        self.labels = labels
+        self.fields = fields
+
+    def __bool__(self) -> bool:
+        return bool(self.labels or self.fields)
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        if self.labels:
+            lbls = (obj.get("metadata") or {}).get("labels") or {}
+            if not all(r(lbls) for r in self.labels):
+                return False
+        return all(r(obj) for r in self.fields)
+
+
+def parse(label_selector: str | None, field_selector: str | None) -> Selector:
+    return Selector(parse_labels(label_selector or ""), parse_fields(field_selector or ""))
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def _bad_label(text: str, why: str) -> errors.ApiError:
+    return errors.bad_request(f'unable to parse requirement: {why}: "{text}"')
+
+
+def _check_key(key: str, whole: str) -> str:
+    if not _KEY.match(key) or len(key.rpartition("/")[2]) > 63:
+        raise _bad_label(whole, f"invalid label key {key!r}")
+    return key
+
+
+def _check_value(value: str, whole: str) -> str:
+    if not _VALUE.match(value) or len(value) > 63:
+        raise _bad_label(whole, f"invalid label value: {value!r}")
+    return value
+
+
+_SET = re.compile(r"^(\S+)\s+(in|notin)\s*\((.*)\)$")
+_CMP = re.compile(r"^([^=!<>\s]+)\s*(==|=|!=|>|<)\s*(.*)$")
+
+
+def parse_labels(text: str) -> list[Requirement]:
+    text = text.strip()
+    if not text:
+        return []
+    reqs: list[Requirement] = []
+    for part in _split_top(text):
+        if not part:
+            raise errors.bad_request(f"unable to parse requirement: found '', expected: identifier in {text!r}")
+        if m := _SET.match(part):
+            key = _check_key(m.group(1), part)
+            values = frozenset(_check_value(v.strip(), part) for v in m.group(3).split(","))
+            if m.group(2) == "in":
+                reqs.append(lambda l, k=key, vs=values: l.get(k) in vs)
+            else:
+                reqs.append(lambda l, k=key, vs=values: l.get(k) not in vs)
+        elif m := _CMP.match(part):
+            key = _check_key(m.group(1), part)
+            op, raw = m.group(2), m.group(3).strip()
+            if op in (">", "<"):
+                try:
+                    bound = int(raw)
+                except ValueError:
+                    raise _bad_label(part, f"for 'Gt', 'Lt' operators, the value must be an integer") from None
+                if op == ">":
+                    reqs.append(lambda l, k=key, b=bound: _int_or_none(l.get(k)) is not None and _int_or_none(l.get(k)) > b)  # type: ignore[operator]
+                else:
+                    reqs.append(lambda l, k=key, b=bound: _int_or_none(l.get(k)) is not None and _int_or_none(l.get(k)) < b)  # type: ignore[operator]
+                continue
+            value = _check_value(raw, part)
+            if op == "!=":
+                reqs.append(lambda l, k=key, v=value: l.get(k) != v)
+            else:
+                reqs.append(lambda l, k=key, v=value: l.get(k) == v)
+        elif part.startswith("!"):
+            key = _check_key(part[1:].strip(), part)
+            reqs.append(lambda l, k=key: k not in l)
+        else:
+            key = _check_key(part, part)
+            reqs.append(lambda l, k=key: k in l)
+    return reqs
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def field_value(obj: dict[str, Any], path: str) -> str:
+    """The string value at a dotted path ("" when absent), as field selectors compare it."""
+    node: Any = obj
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return ""
+        node = node.get(part)
+        if node is None:
+            return ""
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return node if isinstance(node, str) else str(node)
+
+
+_FIELD = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(==|=|!=)\s*(.*)$")
+
+
+def parse_fields(text: str) -> list[Requirement]:
+    text = text.strip()
+    if not text:
+        return []
+    reqs: list[Requirement] = []
+    for part in text.split(","):
+        part = part.strip()
+        m = _FIELD.match(part)
+        if not m:
+            raise errors.bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
+        path, op, value = m.group(1), m.group(2), m.group(3).strip()
+        if op == "!=":
+            reqs.append(lambda o, p=path, v=value: field_value(o, p) != v)
+        else:
+            reqs.append(lambda o, p=path, v=value: field_value(o, p) == v)
+    return reqs

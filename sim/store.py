@@ -1,0 +1,861 @@
+"""The object store of the local cluster, with kube-apiserver semantics.
+
+In: create / get / list / update / patch / delete / watch calls, from the HTTP server and
+from the in-process controllers (scheduler, kubelet, garbage collector). Out: plain JSON
+objects (copies) and watch events, with one monotonic resourceVersion counter, uid,
+creationTimestamp, generation, optimistic concurrency, status subresource separation,
+finalizers, deletion propagation and a bounded watch history (410 Gone beyond it).
+
+Resource keys are ``pods``, ``nodes`` … for the core group and ``<plural>.<group>``
+otherwise (``pytorchjobs.kubeflow.org``). Every write is synchronous under the hood, so
+it is atomic with respect to the event loop; the ``async`` methods are the contract.
+
+Stored objects are never mutated in place: each write stores a new dict (sharing
+unchanged subtrees with the previous version), which lets the server serialise stored
+objects directly while in-process callers always get copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import datetime
+import json
+import logging
+import random
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from sim import errors, patching, resources, selectors
+from sim import settings as sim_settings
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+"""(namespace or "", name) of an object within one resource."""
+
+CRDS = "customresourcedefinitions.apiextensions.k8s.io"
+NAMESPACES = "namespaces"
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start "
+    "a new list without the continue parameter, or use the continue value from the response."
+)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class WatchEvent:
+    """One event of a watch: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, with its object."""
+
+    __slots__ = ("type", "object")
+
+    def __init__(self, type: str, object: Obj) -> None:  # noqa: A002 - the wire names
+        self.type = type
+        self.object = object
+
+    def __repr__(self) -> str:
+        meta = self.object.get("metadata") or {}
+        return f"WatchEvent({self.type}, {meta.get('namespace', '')}/{meta.get('name', '')}@{meta.get('resourceVersion')})"
+
+
+class _Change:
+    __slots__ = ("rv", "resource", "type", "obj", "old")
+
+    def __init__(self, rv: int, resource: str, type: str, obj: Obj, old: Obj | None) -> None:
+        self.rv = rv
+        self.resource = resource
+        self.type = type
+        self.obj = obj
+        self.old = old
+
+
+class Watch:
+    """An open watch: an async iterator of ``WatchEvent`` fed by the store; ``close()`` ends it.
+
+    ``copies`` False hands out the stored (never mutated) objects; the server uses that to
+    serialise without copying. Objects of in-process watches are copies.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        resource: str,
+        namespace: str | None,
+        selector: selectors.Selector,
+        bookmarks: bool,
+        copies: bool,
+    ) -> None:
+        self._store = store
+        self.resource = resource
+        self.namespace = namespace
+        self.selector = selector
+        self.bookmarks = bookmarks
+        self._copies = copies
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self.closed = False
+
+    def offer(self, change: _Change) -> None:
+        """Queue ``change`` if it concerns this watch, turning selector transitions into ADDED / DELETED."""
+        obj = change.obj
+        if self.namespace and (obj.get("metadata") or {}).get("namespace") != self.namespace:
+            return
+        kind = change.type
+        if self.selector:
+            now_in = self.selector.matches(obj)
+            if kind == "MODIFIED" and change.old is not None:
+                was_in = self.selector.matches(change.old)
+                if not was_in and not now_in:
+                    return
+                if was_in and not now_in:
+                    kind = "DELETED"
+                elif now_in and not was_in:
+                    kind = "ADDED"
+            elif not now_in:
+                return
+        self.queue.put_nowait(WatchEvent(kind, obj))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._store._watchers[self.resource].discard(self)
+            self.queue.put_nowait(None)
+
+    def __aiter__(self) -> Watch:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if self.closed and self.queue.empty():
+            raise StopAsyncIteration
+        if self.bookmarks and self.queue.empty():
+            try:
+                event = await asyncio.wait_for(self.queue.get(), self._store.bookmark_interval)
+            except TimeoutError:
+                if self.closed:
+                    raise StopAsyncIteration from None
+                return WatchEvent("BOOKMARK", self._store.bookmark_object(self.resource))
+        else:
+            event = await self.queue.get()
+        if event is None:
+            self.closed = True
+            raise StopAsyncIteration
+        if self._copies and event.type != "BOOKMARK":
+            return WatchEvent(event.type, patching.deep_copy(event.object))
+        return event
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+class Store:
+    """All objects of the local cluster, by (resource, namespace, name)."""
+
+    def __init__(self, settings: sim_settings.SimSettings | None = None) -> None:
+        self.settings = settings or sim_settings.SimSettings()
+        self.bookmark_interval = self.settings.bookmark_interval
+        self._rv = 0
+        self._resources: dict[str, resources.Resource] = {r.key: r for r in resources.BUILTINS}
+        self._objects: dict[str, dict[Key, Obj]] = collections.defaultdict(dict)
+        self._by_uid: dict[str, tuple[str, str, str]] = {}
+        self._dependents: dict[str, set[tuple[str, str, str]]] = collections.defaultdict(set)
+        self._history: collections.deque[_Change] = collections.deque(maxlen=max(1, self.settings.watch_window))
+        self._watchers: dict[str, set[Watch]] = collections.defaultdict(set)
+        self._next_ip = 10
+        self.gc_queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        """Work for the garbage collector: ("gone", uid) of removed objects, ("foreground", uid)."""
+        self.registry_version = 0
+        """Bumped whenever the set of served kinds changes (CRD created, changed or deleted)."""
+        for name in INITIAL_NAMESPACES:
+            self._create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, None)
+
+    # --- kinds -----------------------------------------------------------------------------
+
+    def resource(self, key: str) -> resources.Resource:
+        try:
+            return self._resources[key]
+        except KeyError:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource") from None
+
+    def kinds(self) -> list[resources.Resource]:
+        return list(self._resources.values())
+
+    def register(self, resource: resources.Resource) -> None:
+        self._resources[resource.key] = resource
+        self.registry_version += 1
+
+    def unregister(self, key: str) -> None:
+        if self._resources.pop(key, None) is not None:
+            self.registry_version += 1
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._rv)
+
+    def bookmark_object(self, resource: str) -> Obj:
+        res = self._resources.get(resource)
+        return {
+            "kind": res.kind if res else "",
+            "apiVersion": res.api_version() if res else "",
+            "metadata": {"resourceVersion": str(self._rv)},
+        }
+
+    # --- the contract --------------------------------------------------------------------------
+
+    async def create(self, resource: str, obj: Obj, namespace: str | None = None) -> Obj:
+        return patching.deep_copy(self._create(resource, patching.deep_copy(obj), namespace))  # type: ignore[no-any-return]
+
+    async def get(self, resource: str, namespace: str | None, name: str) -> Obj:
+        return patching.deep_copy(self._get(resource, namespace, name))  # type: ignore[no-any-return]
+
+    async def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[Obj], str]:
+        items, rv, _, _ = self.list_page(resource, namespace, label_selector, field_selector)
+        return [patching.deep_copy(i) for i in items], rv
+
+    async def update(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
+        return patching.deep_copy(self._update(resource, patching.deep_copy(obj), subresource))  # type: ignore[no-any-return]
+
+    async def patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch: object,
+        patch_type: str,
+        subresource: str | None = None,
+    ) -> Obj:
+        return patching.deep_copy(self._patch(resource, namespace, name, patch, patch_type, subresource))  # type: ignore[no-any-return]
+
+    async def delete(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        propagation: str = "Background",
+        preconditions: dict[str, Any] | None = None,
+    ) -> Obj:
+        return patching.deep_copy(self._delete(resource, namespace, name, propagation, preconditions))  # type: ignore[no-any-return]
+
+    def watch(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        bookmarks: bool = False,
+    ) -> Watch:
+        """Open a watch now; raises ``ApiError`` 410 (Expired) for a resourceVersion older than the window."""
+        return self.open_watch(resource, namespace, resource_version, label_selector, field_selector,
+                               bookmarks, copies=True)
+
+    def subscribe(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Watch:
+        """A watch of the changes from now on (no initial ADDED events), for in-process controllers."""
+        return self.open_watch(resource, namespace, self.resource_version, label_selector,
+                               field_selector, False, copies=True)
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _get(self, resource: str, namespace: str | None, name: str) -> Obj:
+        res = self.resource(resource)
+        obj = self._objects[resource].get((namespace or "" if res.namespaced else "", name))
+        if obj is None:
+            raise errors.not_found(resource, name)
+        return obj
+
+    def peek(self, resource: str, namespace: str | None, name: str) -> Obj | None:
+        """The stored object (do not mutate) or None."""
+        res = self._resources.get(resource)
+        if res is None:
+            return None
+        return self._objects[resource].get((namespace or "" if res.namespaced else "", name))
+
+    def list_page(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> tuple[list[Obj], str, str | None, int | None]:
+        """Stored objects (do not mutate) in (namespace, name) order: items, list rv, continue, remaining."""
+        res = self.resource(resource)
+        selector = selectors.parse(label_selector, field_selector)
+        objects = self._objects[resource]
+        list_rv = self._rv
+        start: Key | None = None
+        if continue_token:
+            list_rv, start = self._decode_continue(continue_token)
+        keys = sorted(objects)
+        if namespace and res.namespaced:
+            keys = [k for k in keys if k[0] == namespace]
+        if start is not None:
+            keys = [k for k in keys if k > start]
+        items: list[Obj] = []
+        next_token = None
+        remaining = None
+        for n, key in enumerate(keys):
+            obj = objects[key]
+            if selector and not selector.matches(obj):
+                continue
+            if limit and len(items) >= limit:
+                next_token = self._encode_continue(list_rv, items[-1])
+                if not selector:
+                    remaining = len(keys) - n
+                break
+            items.append(obj)
+        return items, str(list_rv), next_token, remaining
+
+    def _encode_continue(self, rv: int, last: Obj) -> str:
+        meta = last["metadata"]
+        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": [meta.get("namespace", ""), meta["name"]]})
+        return base64.urlsafe_b64encode(raw.encode()).decode()
+
+    def _decode_continue(self, token: str) -> tuple[int, Key]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            rv, (ns, name) = int(data["rv"]), data["start"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise errors.bad_request(f"continue key is not valid: {exc}") from None
+        if rv < self._oldest_resumable():
+            raise errors.ApiError(410, "Expired", _CONTINUE_EXPIRED)
+        return rv, (str(ns), str(name))
+
+    def _oldest_resumable(self) -> int:
+        """Smallest resourceVersion a watch can start from: every later change is still in the history."""
+        history = self._history
+        if len(history) < (history.maxlen or 0) or not history:
+            return 0
+        return history[0].rv - 1
+
+    def open_watch(
+        self,
+        resource: str,
+        namespace: str | None,
+        resource_version: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        bookmarks: bool,
+        *,
+        copies: bool,
+    ) -> Watch:
+        res = self.resource(resource)
+        selector = selectors.parse(label_selector, field_selector)
+        ns = namespace if res.namespaced else None
+        watch = Watch(self, resource, ns, selector, bookmarks, copies)
+        if resource_version in (None, "", "0"):
+            for key in sorted(self._objects[resource]):
+                obj = self._objects[resource][key]
+                if ns and key[0] != ns:
+                    continue
+                if selector and not selector.matches(obj):
+                    continue
+                watch.queue.put_nowait(WatchEvent("ADDED", obj))
+        else:
+            try:
+                start = int(resource_version)
+            except ValueError:
+                raise errors.bad_request(f"invalid resource version: {resource_version!r}") from None
+            oldest = self._oldest_resumable()
+            if start < oldest:
+                raise errors.ApiError(410, "Expired", f"too old resource version: {start} ({oldest + 1})")
+            if start < self._rv:
+                for change in self._history:
+                    if change.rv > start and change.resource == resource:
+                        watch.offer(change)
+        self._watchers[resource].add(watch)
+        return watch
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    def _record(self, change: _Change) -> None:
+        self._history.append(change)
+        for watch in self._watchers.get(change.resource, ()):
+            watch.offer(change)
+
+    def _index(self, resource: str, old: Obj | None, new: Obj | None) -> None:
+        old_owners = _owner_uids(old) if old else set()
+        new_owners = _owner_uids(new) if new else set()
+        if old_owners == new_owners:
+            return
+        ref_obj = new or old
+        assert ref_obj is not None
+        meta = ref_obj["metadata"]
+        ident = (resource, meta.get("namespace", ""), meta["name"])
+        for uid in old_owners - new_owners:
+            deps = self._dependents.get(uid)
+            if deps is not None:
+                deps.discard(ident)
+                if not deps:
+                    del self._dependents[uid]
+        for uid in new_owners - old_owners:
+            self._dependents[uid].add(ident)
+            if uid not in self._by_uid:
+                self.gc_queue.put_nowait(("gone", uid))
+
+    def _namespace_of(self, res: resources.Resource, namespace: str | None, meta: Obj) -> str:
+        if not res.namespaced:
+            return ""
+        given = meta.get("namespace")
+        if namespace and given and given != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        ns = namespace or given or ""
+        if not ns:
+            raise errors.bad_request("an empty namespace may not be set during creation")
+        return ns  # type: ignore[no-any-return]
+
+    def _validate_name(self, res: resources.Resource, name: str, *, generated: bool = False) -> None:
+        field = "metadata.generateName" if generated else "metadata.name"
+        if res.name_rule == "label":
+            ok, msg, limit = _LABEL.match(name), _LABEL_MSG, 63
+        else:
+            ok, msg, limit = _SUBDOMAIN.match(name), _SUBDOMAIN_MSG, 253
+        causes = []
+        if not ok:
+            causes.append(errors.field_invalid(field, name, msg))
+        if len(name) > limit:
+            causes.append(errors.field_invalid(field, name, f"must be no more than {limit} characters"))
+        if causes:
+            raise errors.invalid(res.kind, res.key, name, causes)
+
+    def _create(self, resource: str, obj: Obj, namespace: str | None) -> Obj:
+        res = self.resource(resource)
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
+        else:
+            meta = dict(meta)
+        obj["metadata"] = meta
+        ns = self._namespace_of(res, namespace, meta)
+        name = meta.get("name") or ""
+        if not name:
+            generate = meta.get("generateName") or ""
+            if not generate:
+                raise errors.invalid(res.kind, res.key, "", [
+                    errors.field_required("metadata.name", "name or generateName is required")
+                ])
+            name = generate + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+            while (ns, name) in self._objects[resource]:
+                name = generate + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+        self._validate_name(res, name)
+        if res.namespaced:
+            namespace_obj = self._objects[NAMESPACES].get(("", ns))
+            if namespace_obj is None:
+                raise errors.not_found(NAMESPACES, ns)
+            if namespace_obj["metadata"].get("deletionTimestamp"):
+                raise errors.ApiError(
+                    403, "Forbidden",
+                    f'{res.key} "{name}" is forbidden: unable to create new content in namespace {ns} '
+                    "because it is being terminated",
+                )
+        objects = self._objects[resource]
+        if (ns, name) in objects:
+            raise errors.already_exists(resource, name)
+        obj.setdefault("apiVersion", res.api_version())
+        obj.setdefault("kind", res.kind)
+        rv = self._next_rv()
+        meta["name"] = name
+        if res.namespaced:
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now()
+        meta["resourceVersion"] = str(rv)
+        meta["generation"] = 1
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+            meta.pop(field, None)
+        self._prepare_create(res, obj)
+        objects[(ns, name)] = obj
+        self._by_uid[meta["uid"]] = (resource, ns, name)
+        self._index(resource, None, obj)
+        self._record(_Change(rv, resource, "ADDED", obj, None))
+        if resource == CRDS:
+            self.register(resources.resource_from_crd(obj))
+        return obj
+
+    def _prepare_create(self, res: resources.Resource, obj: Obj) -> None:
+        """Per-kind defaulting on create, as the kube-apiserver strategies do."""
+        key = res.key
+        if res.status_subresource and key != "nodes":
+            obj.pop("status", None)
+        if key == "pods":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            spec.setdefault("serviceAccountName", "default")
+            obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+        elif key == "services":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("type", "ClusterIP")
+            spec.setdefault("sessionAffinity", "None")
+            if not spec.get("clusterIP"):
+                spec["clusterIP"] = self._allocate_ip()
+            if spec["clusterIP"] != "None" or "clusterIPs" not in spec:
+                spec["clusterIPs"] = [spec["clusterIP"]]
+            for port in spec.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+                    if "port" in port:
+                        port.setdefault("targetPort", port["port"])
+            obj["status"] = {"loadBalancer": {}}
+        elif key == NAMESPACES:
+            obj["spec"] = {"finalizers": ["kubernetes"]}
+            obj["status"] = {"phase": "Active"}
+            labels = obj["metadata"].setdefault("labels", {})
+            labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+        elif key == CRDS:
+            obj["status"] = _crd_status(obj)
+
+    def _allocate_ip(self) -> str:
+        n = self._next_ip
+        self._next_ip += 1
+        return f"10.96.{(n >> 8) & 255}.{n & 255}"
+
+    def _update(self, resource: str, obj: Obj, subresource: str | None) -> Obj:
+        res = self.resource(resource)
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise errors.bad_request("the body of the request must be an object with metadata")
+        meta = obj["metadata"]
+        name = meta.get("name") or ""
+        if not name:
+            raise errors.bad_request("name is required for an update")
+        ns = (meta.get("namespace") or "") if res.namespaced else ""
+        if res.namespaced and not ns:
+            raise errors.bad_request("namespace is required for an update")
+        old = self._objects[resource].get((ns, name))
+        if old is None:
+            raise errors.not_found(resource, name)
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(resource, name)
+        return self._commit_update(res, old, obj, subresource)
+
+    def _commit_update(self, res: resources.Resource, old: Obj, new: Obj, subresource: str | None) -> Obj:
+        """Store ``new`` (a fresh top-level dict, may share subtrees with ``old``) as the next version."""
+        old_meta = old["metadata"]
+        if subresource == "status":
+            status = new.get("status")
+            new = {k: v for k, v in old.items() if k != "status"}
+            if status is not None:
+                new["status"] = status
+            new["metadata"] = dict(old_meta)
+        elif subresource is None:
+            new_meta = new.get("metadata")
+            new["metadata"] = dict(new_meta) if isinstance(new_meta, dict) else {}
+            if res.status_subresource:
+                if "status" in old:
+                    new["status"] = old["status"]
+                else:
+                    new.pop("status", None)
+            meta = new["metadata"]
+            for field in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                          "deletionGracePeriodSeconds", "generation"):
+                if field in old_meta:
+                    meta[field] = old_meta[field]
+                else:
+                    meta.pop(field, None)
+            meta.pop("selfLink", None)
+        else:
+            raise errors.ApiError(404, "NotFound", f"the server could not find the requested resource ({subresource})")
+        new["apiVersion"] = new.get("apiVersion") or old.get("apiVersion")
+        new["kind"] = new.get("kind") or old.get("kind")
+        meta = new["metadata"]
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        if res.key == CRDS and subresource is None:
+            new["status"] = _crd_status(new, old.get("status"))
+        if new == old:
+            return old
+        skip = ("metadata", "status") if res.status_subresource else ("metadata",)
+        if any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        rv = self._next_rv()
+        meta["resourceVersion"] = str(rv)
+        ident = (meta.get("namespace", ""), meta["name"])
+        self._objects[res.key][ident] = new
+        self._index(res.key, old, new)
+        self._record(_Change(rv, res.key, "MODIFIED", new, old))
+        if res.key == CRDS:
+            self.register(resources.resource_from_crd(new))
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(res, new)
+        if (meta.get("deletionTimestamp") and "foregroundDeletion" in (meta.get("finalizers") or ())
+                and "foregroundDeletion" not in (old_meta.get("finalizers") or ())):
+            self.gc_queue.put_nowait(("foreground", meta["uid"]))
+        return new
+
+    def _patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch: object,
+        patch_type: str,
+        subresource: str | None,
+    ) -> Obj:
+        res = self.resource(resource)
+        if patch_type == "apply":
+            raise errors.unsupported_media_type(
+                "server-side apply (application/apply-patch+yaml) is not supported by the kto local "
+                "cluster; use client-side `kubectl apply` or a merge patch"
+            )
+        if patch_type == "strategic" and not res.builtin:
+            raise errors.unsupported_media_type(
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            )
+        old = self._get(resource, namespace, name)
+        new = patching.apply(old, patch, patch_type)
+        if new is old:
+            new = dict(old)
+        new_meta = new.get("metadata")
+        if isinstance(new_meta, dict):
+            rv = new_meta.get("resourceVersion")
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                raise errors.conflict(resource, name)
+            if new_meta.get("name", name) != name:
+                raise errors.bad_request(
+                    f"the name of the object ({new_meta.get('name')}) does not match the name on the URL ({name})"
+                )
+        return self._commit_update(res, old, new, subresource)
+
+    def _delete(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        propagation: str = "Background",
+        preconditions: dict[str, Any] | None = None,
+    ) -> Obj:
+        res = self.resource(resource)
+        old = self._get(resource, namespace, name)
+        meta = old["metadata"]
+        if preconditions:
+            for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                want = preconditions.get(field)
+                if want and want != meta.get(field):
+                    raise errors.conflict(
+                        resource, name,
+                        f"Precondition failed: {label} in precondition: {want}, {label} in object meta: {meta.get(field)}",
+                    )
+        if propagation not in ("Background", "Foreground", "Orphan"):
+            raise errors.invalid("DeleteOptions", resource, name, [
+                errors.field_invalid("propagationPolicy", propagation,
+                                     'must be one of "Orphan", "Background", "Foreground"')
+            ])
+        if propagation == "Orphan":
+            self._orphan(meta["uid"])
+        if resource == NAMESPACES:
+            return self._delete_namespace(res, old)
+        finalizers = list(meta.get("finalizers") or [])
+        if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        if not finalizers:
+            return self._remove(res, old)
+        if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
+            return old
+        new = dict(old)
+        new_meta = new["metadata"] = dict(meta)
+        new_meta.setdefault("deletionTimestamp", now())
+        new_meta.setdefault("deletionGracePeriodSeconds", 0)
+        new_meta["finalizers"] = finalizers
+        rv = self._next_rv()
+        new_meta["resourceVersion"] = str(rv)
+        self._objects[resource][(new_meta.get("namespace", ""), name)] = new
+        self._record(_Change(rv, resource, "MODIFIED", new, old))
+        if "foregroundDeletion" in finalizers:
+            self.gc_queue.put_nowait(("foreground", new_meta["uid"]))
+        return new
+
+    def _orphan(self, uid: str) -> None:
+        for resource, ns, name in list(self._dependents.get(uid, ())):
+            dep = self._objects[resource].get((ns, name))
+            if dep is None:
+                continue
+            new = dict(dep)
+            new["metadata"] = dict(dep["metadata"])
+            refs = [r for r in dep["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+            if refs:
+                new["metadata"]["ownerReferences"] = refs
+            else:
+                new["metadata"].pop("ownerReferences", None)
+            self._commit_update(self._resources[resource], dep, new, None)
+
+    def _delete_namespace(self, res: resources.Resource, old: Obj) -> Obj:
+        ns = old["metadata"]["name"]
+        if old["metadata"].get("deletionTimestamp"):
+            return old
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"], deletionTimestamp=now(), deletionGracePeriodSeconds=0)
+        new["status"] = {"phase": "Terminating"}
+        rv = self._next_rv()
+        new["metadata"]["resourceVersion"] = str(rv)
+        self._objects[NAMESPACES][("", ns)] = new
+        self._record(_Change(rv, NAMESPACES, "MODIFIED", new, old))
+        for key, info in list(self._resources.items()):
+            if not info.namespaced:
+                continue
+            for (obj_ns, name) in [k for k in self._objects[key] if k[0] == ns]:
+                if (obj_ns, name) in self._objects[key]:
+                    self._delete(key, obj_ns, name)
+        return self._finish_namespace(ns) or new
+
+    def _finish_namespace(self, ns: str) -> Obj | None:
+        """Remove a terminating namespace once it holds nothing."""
+        namespace_obj = self._objects[NAMESPACES].get(("", ns))
+        if namespace_obj is None or not namespace_obj["metadata"].get("deletionTimestamp"):
+            return None
+        for key, info in self._resources.items():
+            if info.namespaced and any(k[0] == ns for k in self._objects[key]):
+                return None
+        return self._remove(self._resources[NAMESPACES], namespace_obj)
+
+    def _remove(self, res: resources.Resource, old: Obj) -> Obj:
+        meta = old["metadata"]
+        ident = (meta.get("namespace", ""), meta["name"])
+        rv = self._next_rv()
+        final = dict(old)
+        final["metadata"] = dict(meta, resourceVersion=str(rv))
+        del self._objects[res.key][ident]
+        self._by_uid.pop(meta["uid"], None)
+        self._index(res.key, old, None)
+        self._record(_Change(rv, res.key, "DELETED", final, old))
+        if meta["uid"] in self._dependents:
+            self.gc_queue.put_nowait(("gone", meta["uid"]))
+        for uid in _owner_uids(old):
+            self.gc_queue.put_nowait(("recheck", uid))
+        if res.key == CRDS:
+            self._drop_kind(final)
+        if res.namespaced and ident[0]:
+            namespace_obj = self._objects[NAMESPACES].get(("", ident[0]))
+            if namespace_obj is not None and namespace_obj["metadata"].get("deletionTimestamp"):
+                self._finish_namespace(ident[0])
+        return final
+
+    def _drop_kind(self, crd: Obj) -> None:
+        """A CRD is gone: its objects go and its kind is no longer served."""
+        info = resources.resource_from_crd(crd)
+        for key in list(self._objects.get(info.key, {})):
+            obj = self._objects[info.key].get(key)
+            if obj is not None:
+                self._remove(info, obj)
+        self._objects.pop(info.key, None)
+        self.unregister(info.key)
+
+    # --- for the garbage collector and the admin API ---------------------------------------------
+
+    def by_uid(self, uid: str) -> Obj | None:
+        """The stored object with ``uid`` (do not mutate) or None."""
+        where = self._by_uid.get(uid)
+        if where is None:
+            return None
+        return self._objects[where[0]].get((where[1], where[2]))
+
+    def dependents(self, uid: str) -> list[tuple[str, str, str]]:
+        """(resource, namespace, name) of every object with an ownerReference to ``uid``."""
+        return sorted(self._dependents.get(uid, ()))
+
+    def iter_objects(self, resource: str) -> Iterator[Obj]:
+        yield from self._objects.get(resource, {}).values()
+
+    def count(self, resource: str) -> int:
+        return len(self._objects.get(resource, {}))
+
+    async def watch_events(self, resource: str) -> AsyncIterator[WatchEvent]:
+        """Every change of ``resource`` from now on, as copies (a convenience over ``subscribe``)."""
+        watch = self.subscribe(resource)
+        try:
+            async for event in watch:
+                yield event
+        finally:
+            watch.close()
+
+
+def _owner_uids(obj: Obj) -> set[str]:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return {r["uid"] for r in refs if isinstance(r, dict) and r.get("uid")}
+
+
+def _qos_class(spec: Obj) -> str:
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    requests = [((c.get("resources") or {}).get("requests") or {}) for c in containers]
+    limits = [((c.get("resources") or {}).get("limits") or {}) for c in containers]
+    if not any(requests) and not any(limits):
+        return "BestEffort"
+    guaranteed = all(
+        lim.get("cpu") and lim.get("memory") and all(req.get(k, lim[k]) == lim[k] for k in ("cpu", "memory"))
+        for req, lim in zip(requests, limits, strict=True)
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _crd_status(crd: Obj, previous: Obj | None = None) -> Obj:
+    """Established and NamesAccepted, with the accepted names, as the apiextensions controllers set them."""
+    names = ((crd.get("spec") or {}).get("names")) or {}
+    accepted = dict(names)
+    accepted.setdefault("singular", names.get("plural", "").rstrip("s"))
+    accepted.setdefault("listKind", names.get("kind", "") + "List")
+    old_conditions = {c.get("type"): c for c in ((previous or {}).get("conditions") or [])}
+    stamp = now()
+
+    def condition(kind: str, reason: str, message: str) -> Obj:
+        old = old_conditions.get(kind)
+        return {
+            "type": kind,
+            "status": "True",
+            "lastTransitionTime": old.get("lastTransitionTime", stamp) if old else stamp,
+            "reason": reason,
+            "message": message,
+        }
+
+    versions = [v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("storage")]
+    return {
+        "acceptedNames": accepted,
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "storedVersions": versions or [v.get("name") for v in (crd.get("spec") or {}).get("versions") or []][:1],
+    }
