@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 COMMANDS: dict[str, str] = {
     "plan": "kto.commands.plan",
+    "broker": "kto.commands.broker",
 }
 """Sub-command name → module implementing it."""
 

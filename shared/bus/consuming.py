@@ -1,0 +1,492 @@
+"""Consuming the jobs topic: one serial worker per job key, gapless commits.
+
+In: Kafka records of the subscribed topics (by default the jobs topic), as a
+member of a consumer group.
+Out: calls of ``handler(record, trace_context)``, inside a span, with
+
+* **per-key order** — records of one job key are handled strictly in order by
+  one worker task (a queue per key; a worker exits when its queue is empty);
+  different keys run concurrently, at most ``concurrency_limit`` at once;
+* **gapless commits** — an offset is committed only when every earlier record
+  of its partition is done (periodically, on partition revoke and on stop), so
+  a crash or rebalance re-delivers but never skips;
+* **drain on revoke** — records of revoked partitions are no longer taken in;
+  those already taken in are finished and committed before the rebalance
+  goes on;
+* **duplicates dropped** — a record id seen recently (bounded LRU) is skipped;
+* **no stalls** — a record that does not decode, or whose handler keeps
+  failing, is written to the dead-letter topic with ``kto-error``,
+  ``kto-source-topic``, ``kto-source-partition``, ``kto-source-offset``
+  headers, and its partition moves on. Retriable handler errors are retried
+  with the shared policy first (:mod:`shared.bus.retrying`).
+
+Broker outages are waited out: clients reconnect and retry; ``run()`` does not
+return until ``stop()`` is called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import errors as kafka_errors
+from aiokafka.abc import ConsumerRebalanceListener
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from shared import tracing
+from shared.bus import errors, events, records, retrying
+from shared.bus.producing import Publisher
+from shared.bus.settings import KafkaSettings, client_options
+
+log = logging.getLogger("kto.bus.consumer")
+_tracer = trace.get_tracer("kto.bus")
+
+Handler = Callable[[records.Record, otel_context.Context], Awaitable[None]]
+"""Handles one record; gets the trace context the record carried (the handler
+itself runs inside the consumer's span, a child of that context)."""
+
+MAX_ERROR_HEADER = 4000
+"""Bytes of the error text kept in the ``kto-error`` header."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Partition:
+    """Offsets of one assigned partition taken in but not yet committed."""
+
+    tp: TopicPartition
+    pending: collections.deque[int] = dataclasses.field(default_factory=collections.deque)
+    """Offsets taken in and not yet part of the committable prefix, ascending."""
+    done: set[int] = dataclasses.field(default_factory=set)
+    high: int = -1
+    """Highest offset taken in; a lower or equal one is a re-fetch and is skipped."""
+    next_offset: int | None = None
+    """Offset to commit: one past the last record with nothing unfinished before it."""
+    committed: int | None = None
+    revoked: bool = False
+    idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def take(self, offset: int) -> bool:
+        if offset <= self.high:
+            return False
+        self.high = offset
+        self.pending.append(offset)
+        self.idle.clear()
+        return True
+
+    def finish(self, offset: int) -> None:
+        self.done.add(offset)
+        while self.pending and self.pending[0] in self.done:
+            first = self.pending.popleft()
+            self.done.discard(first)
+            self.next_offset = first + 1
+        if not self.pending:
+            self.idle.set()
+
+    def to_commit(self) -> int | None:
+        if self.next_offset is None or self.next_offset == self.committed:
+            return None
+        return self.next_offset
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: KeyedConsumer) -> None:
+        self._owner = owner
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._owner._on_revoked(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        self._owner._on_assigned(list(assigned))
+
+
+class KeyedConsumer:
+    """A consumer-group member that hands records to ``handler`` per job key.
+
+    Use as ``async with KeyedConsumer(...) as consumer: await consumer.run()``;
+    ``stop()`` (from another task, or on leaving the ``async with``) finishes
+    the records taken in, commits, and leaves the group. Safe to call twice.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        group_id: str,
+        handler: Handler,
+        *,
+        topics: Sequence[str] | None = None,
+        concurrency_limit: int = 32,
+        dedupe_capacity: int = 10_000,
+        on_event: Iterable[events.Hook] = (),
+        retriable: Callable[[BaseException], bool] | None = None,
+        policy: retrying.RetryPolicy = retrying.RetryPolicy(),
+        span_name: str = "reconcile",
+        commit_interval: float = 1.0,
+        max_buffered: int | None = None,
+        drain_timeout: float = 60.0,
+        instance: str | None = None,
+    ) -> None:
+        """
+        Args:
+            topics: topics to subscribe to; the jobs topic by default.
+            concurrency_limit: job keys handled at the same time.
+            dedupe_capacity: record ids remembered to drop duplicates.
+            on_event: observability hooks (see :mod:`shared.bus.events`).
+            retriable: extra test for handler errors worth retrying, besides
+                :class:`~shared.bus.errors.Retriable` and errors flagged retriable.
+            policy: backoff and attempts, shared with the publisher.
+            span_name: name of the span each record is handled in.
+            commit_interval: seconds between periodic commits.
+            max_buffered: records taken in but unfinished before fetching pauses
+                (default ``8 * concurrency_limit``).
+            drain_timeout: seconds a revoke or stop waits for records taken in.
+            instance: process instance id, stamped on dead-letter headers.
+        """
+        if concurrency_limit < 1 or dedupe_capacity < 0:
+            raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
+        self._settings = settings
+        self._group_id = group_id
+        self._handler = handler
+        self._topics = tuple(topics or (settings.jobs_topic,))
+        self._handler_slots = asyncio.Semaphore(concurrency_limit)
+        self._capacity = asyncio.Semaphore(max_buffered or 8 * concurrency_limit)
+        self._dedupe_capacity = dedupe_capacity
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._emit = events.Emitter(on_event)
+        self._retriable = retriable
+        self._policy = policy
+        self._span_name = span_name
+        self._commit_interval = commit_interval
+        self._drain_timeout = drain_timeout
+        self._instance = instance or settings.client_id
+        self._on_event = tuple(on_event)
+
+        self._consumer: Any = None
+        self._dlq: Publisher | None = None
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._queues: dict[str, collections.deque[tuple[Any, _Partition]]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._group: asyncio.TaskGroup | None = None
+        self._stopping = asyncio.Event()
+        self._commits_done = asyncio.Event()
+        self._run_finished = asyncio.Event()
+        self._running = False
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def __aenter__(self) -> KeyedConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        """Partitions this member holds now."""
+        return frozenset(tp for tp, p in self._partitions.items() if not p.revoked)
+
+    async def start(self) -> None:
+        """Connect and join the group, retrying while the broker is unreachable."""
+        if self._consumer is not None:
+            return
+        self._dlq = Publisher(
+            self._settings, self._group_id, self._instance, on_event=self._on_event,
+            policy=self._policy,
+        )
+        await self._dlq.start()
+        async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
+            with attempt:
+                consumer = AIOKafkaConsumer(
+                    **client_options(self._settings),
+                    group_id=self._group_id,
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",
+                    session_timeout_ms=self._settings.session_timeout_ms,
+                    heartbeat_interval_ms=self._settings.heartbeat_interval_ms,
+                )
+                consumer.subscribe(self._topics, listener=_Listener(self))
+                try:
+                    await consumer.start()
+                except BaseException:
+                    await asyncio.shield(consumer.stop())
+                    raise
+                self._consumer = consumer
+
+    async def stop(self) -> None:
+        """Stop taking records, finish and commit those taken in, leave the group.
+        Safe to call twice and from any task."""
+        self._stopping.set()
+        if self._running:
+            await self._run_finished.wait()
+        if self._closed:
+            return
+        self._closed = True
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+        if self._dlq is not None:
+            await self._dlq.stop()
+
+    async def run(self) -> None:
+        """Consume until ``stop()``; then drain and commit. Never returns on a
+        broker outage (it waits and retries)."""
+        if self._running:
+            raise RuntimeError("run() is already running")
+        await self.start()
+        self._running = True
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                group.create_task(self._commit_loop(), name=f"kto-bus-commit:{self._group_id}")
+                await self._fetch_loop()
+                await self._drain(list(self._partitions.values()))
+                for task in list(self._workers.values()):
+                    task.cancel()  # only those stuck past drain_timeout remain
+                await self._commit(list(self._partitions.values()))
+                self._commits_done.set()
+        except asyncio.CancelledError:
+            # Keep what is already done; a second cancellation cannot cut this short.
+            await asyncio.shield(self._commit(list(self._partitions.values())))
+            raise
+        finally:
+            self._group = None
+            self._running = False
+            self._run_finished.set()
+
+    # -- fetching ------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        while not self._stopping.is_set():
+            batch: dict[TopicPartition, list[Any]] = {}
+            async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
+                with attempt:
+                    batch = await self._consumer.getmany(timeout_ms=200, max_records=500)
+            for messages in batch.values():
+                for message in messages:
+                    if self._stopping.is_set():
+                        return
+                    await self._take(message)
+
+    async def _take(self, message: Any) -> None:
+        tp = TopicPartition(message.topic, message.partition)
+        partition = self._partitions.get(tp)
+        if partition is None or partition.revoked:
+            return  # not ours (any more): the next owner fetches it from the commit
+        await self._capacity.acquire()
+        if self._partitions.get(tp) is not partition or partition.revoked:
+            self._capacity.release()
+            return
+        if not partition.take(message.offset):
+            self._capacity.release()
+            return
+        key = message.key.decode(errors="replace") if message.key else f"<{tp.topic}/{tp.partition}>"
+        self._emit(events.MESSAGE_IN, topic=tp.topic, partition=tp.partition,
+                   offset=message.offset, key=key, group=self._group_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            assert self._group is not None
+            queue = collections.deque()
+            self._queues[key] = queue
+            self._workers[key] = self._group.create_task(
+                self._work(key, queue), name=f"kto-bus-key:{key}"
+            )
+        queue.append((message, partition))
+
+    async def _work(self, key: str, queue: collections.deque[tuple[Any, _Partition]]) -> None:
+        """The serial worker of one key: handles its queue in order, then exits."""
+        try:
+            while queue:
+                message, partition = queue[0]
+                await self._process(message)
+                queue.popleft()
+                partition.finish(message.offset)
+                self._capacity.release()
+        finally:
+            # No await between the empty check and this: the fetch loop cannot
+            # append to a queue whose worker has decided to exit.
+            if self._queues.get(key) is queue:
+                del self._queues[key]
+                self._workers.pop(key, None)
+
+    # -- handling ------------------------------------------------------------
+
+    async def _process(self, message: Any) -> None:
+        parent = tracing.extract(message.headers)
+        attributes: dict[str, Any] = {
+            "messaging.system": "kafka",
+            "messaging.destination.name": message.topic,
+            "messaging.destination.partition.id": str(message.partition),
+            "messaging.kafka.offset": message.offset,
+            "messaging.consumer.group.name": self._group_id,
+            "topic": message.topic,
+            "partition": message.partition,
+            "offset": message.offset,
+        }
+        where = dict(topic=message.topic, partition=message.partition, offset=message.offset,
+                     group=self._group_id)
+        with _tracer.start_as_current_span(
+            self._span_name, context=parent, kind=trace.SpanKind.CONSUMER,
+            attributes=attributes,
+        ) as span:
+            try:
+                record = records.decode(message.value)
+            except records.MalformedRecord as exc:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
+                await self._dead_letter(message, f"MalformedRecord: {exc.reason}")
+                return
+            span.set_attribute("kto.job_key", record.key)
+            span.set_attribute("kto.record.id", record.id)
+            span.set_attribute("kto.record.type", record.type)
+            if record.id in self._seen:
+                self._seen.move_to_end(record.id)
+                self._emit(events.DUPLICATE, key=record.key, record_id=record.id, **where)
+                return
+            failure = await self._handle(record, parent, span, where)
+            if failure is not None:
+                await self._dead_letter(message, failure)
+            self._remember(record.id)
+            if failure is None:
+                self._emit(events.MESSAGE_DONE, key=record.key, **where)
+
+    async def _handle(
+        self,
+        record: records.Record,
+        parent: otel_context.Context,
+        span: trace.Span,
+        where: dict[str, Any],
+    ) -> str | None:
+        """Run the handler with retries; the error text if it failed for good."""
+
+        def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+            self._emit(events.HANDLER_RETRY, key=record.key, attempt=attempt,
+                       error=repr(exc), retry_in=wait, **where)
+
+        async with self._handler_slots:
+            try:
+                async for attempt in retrying.handling(
+                    self._policy, retriable=self._retriable, on_retry=on_retry
+                ):
+                    with attempt:
+                        await self._handler(record, parent)
+            except Exception as exc:  # CancelledError is not an Exception: it propagates
+                span.record_exception(exc)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, repr(exc)))
+                kind = "retriable" if self._is_retriable(exc) else "non-retriable"
+                log.warning("handler failed (%s) on %s: %r", kind, record.key, exc)
+                return f"{type(exc).__name__} ({kind}): {exc}"
+        return None
+
+    def _is_retriable(self, exc: BaseException) -> bool:
+        if errors.is_retriable(exc):
+            return True
+        return self._retriable is not None and self._retriable(exc)
+
+    def _remember(self, record_id: str) -> None:
+        if self._dedupe_capacity == 0:
+            return
+        self._seen[record_id] = None
+        self._seen.move_to_end(record_id)
+        while len(self._seen) > self._dedupe_capacity:
+            self._seen.popitem(last=False)
+
+    async def _dead_letter(self, message: Any, error: str) -> None:
+        headers = list(message.headers or ()) + [
+            ("kto-error", error.encode(errors="replace")[:MAX_ERROR_HEADER]),
+            ("kto-source-topic", message.topic.encode()),
+            ("kto-source-partition", str(message.partition).encode()),
+            ("kto-source-offset", str(message.offset).encode()),
+            ("kto-group", self._group_id.encode()),
+        ]
+        assert self._dlq is not None
+        try:
+            sent = await self._dlq.send_raw(
+                self._settings.dlq_topic, message.value, key=message.key, headers=headers
+            )
+        except errors.PublishError as exc:
+            # The dead-letter topic refused it for good (e.g. too large): say so
+            # loudly, but do not stall the partition on it.
+            log.error("record %s/%s@%s could not be dead-lettered: %r",
+                      message.topic, message.partition, message.offset, exc)
+            return
+        self._emit(events.DEAD_LETTERED, topic=message.topic, partition=message.partition,
+                   offset=message.offset, group=self._group_id, error=error,
+                   dlq_topic=sent.topic, dlq_partition=sent.partition, dlq_offset=sent.offset)
+
+    # -- committing and rebalancing -------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while not self._commits_done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._commits_done.wait(), self._commit_interval)
+            if not self._commits_done.is_set():
+                await self._commit([p for p in self._partitions.values() if not p.revoked])
+
+    async def _commit(self, partitions: Sequence[_Partition]) -> None:
+        offsets = {p.tp: o for p in partitions if (o := p.to_commit()) is not None}
+        if not offsets or self._consumer is None:
+            return
+        try:
+            await self._consumer.commit(offsets)
+        except kafka_errors.KafkaError as exc:
+            # A rebalance or outage: the next periodic or revoke commit covers it.
+            self._emit(events.COMMIT_ERROR, group=self._group_id, error=repr(exc),
+                       partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in offsets))
+            return
+        for partition in partitions:
+            if partition.tp in offsets:
+                partition.committed = offsets[partition.tp]
+                self._emit(events.COMMIT_DONE, topic=partition.tp.topic,
+                           partition=partition.tp.partition, offset=offsets[partition.tp],
+                           group=self._group_id)
+
+    async def _drain(self, partitions: Sequence[_Partition]) -> None:
+        waits = [p.idle.wait() for p in partitions if not p.idle.is_set()]
+        if not waits:
+            return
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), self._drain_timeout)
+        except TimeoutError:
+            log.warning("records of %s still unfinished after %ss; committing what is done",
+                        [f"{p.tp.topic}/{p.tp.partition}" for p in partitions if
+                         not p.idle.is_set()], self._drain_timeout)
+
+    async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        partitions = [p for tp in revoked if (p := self._partitions.get(tp)) is not None]
+        for partition in partitions:
+            partition.revoked = True
+        self._emit(events.PARTITIONS_REVOKED, group=self._group_id,
+                   partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
+        await self._drain(partitions)
+        await self._commit(partitions)
+        for partition in partitions:
+            if self._partitions.get(partition.tp) is partition:
+                del self._partitions[partition.tp]
+
+    def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        for tp in assigned:
+            current = self._partitions.get(tp)
+            if current is None or current.revoked:
+                self._partitions[tp] = _Partition(tp)
+        self._emit(events.PARTITIONS_ASSIGNED, group=self._group_id,
+                   partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
+
+    def _unreachable(self, attempt: int, exc: BaseException, wait: float) -> None:
+        self._emit(events.BROKER_UNREACHABLE, bootstrap=self._settings.bootstrap,
+                   group=self._group_id, attempt=attempt, error=repr(exc), retry_in=wait)

@@ -1,0 +1,74 @@
+"""Reading a job's history back from the jobs topic (audit, ``kto replay``).
+
+In: settings and a job key.
+Out: every decodable record of that key, in log order. Only the key's
+partition is read — computed the way the producer's default partitioner
+places keys (murmur2 of the key bytes, as in the Java client) — from its
+beginning to the end offset seen when reading starts. No consumer group is
+used, so nothing is committed and no running group is disturbed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import murmur2
+
+from shared.bus import records
+from shared.bus.errors import BusError
+from shared.bus.settings import KafkaSettings, client_options
+
+log = logging.getLogger("kto.bus.reading")
+
+
+def partition_for_key(key: str | records.JobKey, partitions: int) -> int:
+    """The partition aiokafka's (and the Java client's) default partitioner
+    picks for ``key`` among ``partitions`` partitions."""
+    data = str(key).encode()
+    return (murmur2(data) & 0x7FFFFFFF) % partitions  # type: ignore[no-any-return]
+
+
+async def read_history(
+    settings: KafkaSettings, job_key: str | records.JobKey, *, topic: str | None = None
+) -> list[records.Record]:
+    """All records of ``job_key`` in the jobs topic (or ``topic``), oldest first.
+
+    Malformed records are skipped (they are in the dead-letter topic).
+    """
+    key = str(records.JobKey.parse(str(job_key)))
+    key_bytes = key.encode()
+    topic = topic or settings.jobs_topic
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), group_id=None, enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        await consumer.topics()  # fetch metadata for all topics
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise BusError(f"topic {topic} does not exist on {settings.bootstrap}")
+        tp = TopicPartition(topic, partition_for_key(key, len(partitions)))
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        begin = (await consumer.beginning_offsets([tp]))[tp]
+        history: list[records.Record] = []
+        if end <= begin:
+            return history
+        consumer.seek(tp, begin)
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=500, max_records=1000)
+            for message in batch.get(tp, []):
+                if message.offset >= end:
+                    break
+                if message.key != key_bytes:
+                    continue
+                try:
+                    history.append(records.decode(message.value))
+                except records.MalformedRecord as exc:
+                    log.debug("skipping malformed record %s@%s: %s", tp, message.offset,
+                              exc.reason)
+        return history
+    finally:
+        await consumer.stop()
