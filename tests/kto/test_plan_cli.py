@@ -1,0 +1,169 @@
+"""``kto plan`` as a user runs it: a subprocess, files or stdin, stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples" / "kubeflow").rglob("*.yaml"))
+
+
+def kto_plan(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kto", "plan", *map(str, args)],
+        input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+    )
+
+
+def assert_rejected(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    return result.stderr.splitlines()
+
+
+VALID_PYTORCH = textwrap.dedent(
+    """\
+    apiVersion: kubeflow.org/v1
+    kind: PyTorchJob
+    metadata: {name: ok}
+    spec:
+      pytorchReplicaSpecs:
+        Master:
+          replicas: 1
+          template: {spec: {containers: [{name: pytorch, image: busybox}]}}
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("a: [\n", ["<stdin>: document 0: line 2, column 1: invalid YAML: while parsing a flow node: "
+                                "expected the node content, but found '<stream end>'"], id="malformed-yaml"),
+        pytest.param("key: value\n  bad: indent\n", ["<stdin>: document 0: line 2, column 6: invalid YAML: "
+                                                     "mapping values are not allowed here"], id="bad-indentation"),
+        pytest.param("apiVersion: v1\nkind: Pod\nspec: {}\n",
+                     ["<stdin>: document 0: apiVersion: Unsupported value: 'v1': supported values: 'kubeflow.org/v1'",
+                      "<stdin>: document 0: kind: Unsupported value: 'Pod': supported values: 'PyTorchJob', 'TFJob', "
+                      "'XGBoostJob', 'MPIJob', 'PaddleJob', 'JAXJob'"], id="unknown-kind"),
+        pytest.param("- 1\n- 2\n", ["<stdin>: document 0: <document>: expected a mapping (a Kubernetes object), got list"],
+                     id="not-a-mapping"),
+        pytest.param("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: t}\nspec: {tfReplicaSpecs: {Worker: {replicas: many}}}\n",
+                     ["<stdin>: document 0: spec.tfReplicaSpecs[Worker].replicas: "
+                      "Input should be a valid integer, unable to parse string as an integer"], id="pydantic-load-error"),
+        pytest.param(VALID_PYTORCH.replace("name: ok", "name: 0-test").replace("replicas: 1", "replicas: 2"),
+                     ["<stdin>: document 0: metadata.name: Invalid: \"0-test\": should match: a DNS-1035 label must consist "
+                      "of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an "
+                      "alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
+                      "'[a-z]([-a-z0-9]*[a-z0-9])?')",
+                      "<stdin>: document 0: spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1"],
+                     id="validation-errors"),
+        pytest.param("apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata: {name: m}\nspec: {mpiReplicaSpecs: {Launcher: null}}\n",
+                     ["<stdin>: document 0: spec.mpiReplicaSpecs[Launcher]: Required: "
+                      "MPIReplicaSpecs is not valid: containers definition expected in Launcher"], id="null-replica-spec"),
+    ],
+)
+def test_broken_input_exits_2_with_field_paths_and_nothing_on_stdout(text: str, expected: list[str]) -> None:
+    assert assert_rejected(kto_plan("-", stdin=text)) == expected
+
+
+def test_every_error_of_every_document_and_file_is_reported(tmp_path: Path) -> None:
+    first = tmp_path / "first.yaml"
+    first.write_text(
+        "---\n"
+        + VALID_PYTORCH
+        + "---\n"  # document 1: empty, skipped but counted
+        + "---\n"
+        + VALID_PYTORCH.replace("image: busybox", "image: ''")
+        + "---\n"
+        + "kind: TFJob\n"
+    )
+    second = tmp_path / "second.yaml"
+    second.write_text("x: [")
+    lines = assert_rejected(kto_plan(first, tmp_path / "missing.yaml", second))
+    assert lines == [
+        f"{first}: document 2: spec.pytorchReplicaSpecs[Master].template.spec.containers[0].image: Required: must be required",
+        f"{first}: document 3: apiVersion: Required value",
+        f"{tmp_path / 'missing.yaml'}: cannot read: No such file or directory",
+        f"{second}: document 0: line 1, column 5: invalid YAML: while parsing a flow node: "
+        "expected the node content, but found '<stream end>'",
+    ]
+
+
+def test_help_says_documents_are_numbered_from_zero() -> None:
+    result = subprocess.run([sys.executable, "-m", "kto", "plan", "--help"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert result.returncode == 0
+    assert "numbered from 0" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [pytest.param("yaml", "", id="yaml"), pytest.param("json", "[]\n", id="json")],
+)
+def test_only_empty_documents_plan_to_nothing(output: str, expected: str) -> None:
+    result = kto_plan("-o", output, "-", stdin="---\n---\n# just a comment\n")
+    assert (result.returncode, result.stdout, result.stderr) == (0, expected, "")
+
+
+# ---------------------------------------------------------------------------
+# Happy path (needs shared/core/planning.py)
+# ---------------------------------------------------------------------------
+
+
+def children_of(*args: str | Path, output: str = "yaml", stdin: str = "") -> list[dict[str, Any]]:
+    result = kto_plan("-o", output, *args, stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    if output == "json":
+        children: list[dict[str, Any]] = json.loads(result.stdout)
+    else:
+        children = [doc for doc in yaml.safe_load_all(result.stdout)]
+    return children
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=str(p.relative_to(ROOT / "examples" / "kubeflow"))) for p in EXAMPLES])
+def test_every_example_plans_to_kubernetes_objects(path: Path) -> None:
+    children = children_of(path)
+    assert children
+    for child in children:
+        assert {"apiVersion", "kind", "metadata"} <= set(child)
+        assert child["metadata"]["name"]
+
+
+def test_json_and_yaml_outputs_hold_the_same_children_in_order() -> None:
+    assert children_of(*EXAMPLES, output="json") == children_of(*EXAMPLES, output="yaml")
+
+
+def test_children_of_several_files_are_concatenated_in_order() -> None:
+    first, second = EXAMPLES[0], EXAMPLES[-1]
+    assert children_of(first, second) == children_of(first) + children_of(second)
+
+
+def test_stdin_and_multi_document_input_plan_like_files() -> None:
+    first, second = EXAMPLES[0], EXAMPLES[-1]
+    stream = first.read_text() + "---\n" + second.read_text()
+    assert children_of("-", stdin=stream) == children_of(first, second)
+
+
+def test_deprecated_nproc_per_node_warns_without_failing() -> None:
+    document = yaml.safe_load(VALID_PYTORCH)
+    document["spec"]["elasticPolicy"] = {"nProcPerNode": 2}
+    document["spec"]["pytorchReplicaSpecs"]["Worker"] = {
+        "replicas": 1,
+        "template": {"spec": {"containers": [{"name": "pytorch", "image": "busybox"}]}},
+    }
+    result = kto_plan("-", stdin=yaml.safe_dump(document))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: <stdin>: document 0: spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"
+    ]
+    assert result.stdout
