@@ -1,0 +1,822 @@
+"""The simulated kubelet of every sim node: bound pods in, pod status and logs out.
+
+In: pods bound (`spec.nodeName`) to a `sim-node-<i>`, through one watch of all
+pods; `fail_node`, `recover_node` and `evict` calls from the admin API or a
+test. Out, through the store's status subresource (resourceVersion checked,
+re-read and retried on 409): each pod's life, and a few deterministic log
+lines per pod (`logs`).
+
+A pod's life:
+
+1. Bound → phase Pending, containers waiting `ContainerCreating`, hostIP.
+2. After `settings.startup_delay` → init containers (if any) have run and
+   completed, containers run: phase Running, a unique podIP `10.<i+1>.x.y`,
+   startTime, ready, conditions Initialized / ContainersReady / Ready.
+3. After the duration (annotation `sim.kto.dev/duration`, e.g. `3s`,
+   `500ms`, `1m`; default `settings.pod_duration`) the containers exit with
+   the exit code (annotation `sim.kto.dev/exit-code`, default
+   `settings.pod_exit_code`). With `sim.kto.dev/fail-times: N` the first N
+   runs fail (with the exit code, or 1 when that is 0) and the next ones
+   exit 0. Failures are counted per namespace/name across pod incarnations,
+   so an operator that recreates a failed pod under the same name sees it
+   fail N times in all, then succeed.
+4. What follows depends on `spec.restartPolicy`:
+   - Never: phase Succeeded (exit 0) or Failed (reason `Error`).
+   - OnFailure: exit 0 → Succeeded; otherwise the container restarts in
+     place: waiting `CrashLoopBackOff` with `lastState.terminated`,
+     restartCount + 1, and after `startup_delay` running again.
+   - Always (the API default): a pod with none of the `sim.kto.dev/`
+     annotations runs until deleted, like a server; one with any of them
+     exits as above and is restarted in place whatever its exit code, as
+     kube does.
+
+A pod given a deletionTimestamp (the store keeps pods with finalizers) has
+its containers stopped (exit 143) after its grace period, capped at
+`MAX_TERMINATION_GRACE`, and gets a terminal phase; the store removes it once
+its finalizers are gone.
+
+`fail_node` takes a node down: Ready=Unknown, the `unreachable` taints, and
+every pod on it Failed with reason `NodeLost` (containers terminated, exit
+137, `ContainerStatusUnknown`). The pods are kept, not deleted, so that an
+operator sees the failure and replaces them, as with kube's pod GC of pods
+on lost nodes; pods that are being deleted there are removed. `evict` fails
+one pod with reason `Evicted` and the DisruptionTarget condition, like the
+kubelet's memory-pressure eviction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sim import errors, listwatching, nodes
+from sim import settings as sim_settings
+
+log = logging.getLogger(__name__)
+
+DURATION_ANNOTATION = "sim.kto.dev/duration"
+EXIT_CODE_ANNOTATION = "sim.kto.dev/exit-code"
+FAIL_TIMES_ANNOTATION = "sim.kto.dev/fail-times"
+SIM_ANNOTATIONS = (DURATION_ANNOTATION, EXIT_CODE_ANNOTATION, FAIL_TIMES_ANNOTATION)
+
+MAX_TERMINATION_GRACE = 0.1
+"""Seconds at most that a deleted pod's containers take to stop (its own grace period is shorter or this)."""
+
+WRITERS = 4
+"""Tasks writing pod statuses; writes of one pod are serial, of different pods concurrent."""
+
+MAX_CONFLICT_RETRIES = 20
+
+LOGGED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
+LOGGED_ENV_PREFIXES = ("PET_", "JAX_", "OMPI_", "PMIX_")
+"""Environment variables a pod's log summarises (literal values only)."""
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+# --------------------------------------------------------------------------
+# Pure decisions
+# --------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """`3s`, `500ms`, `1.5m`, `1h`, or plain seconds (`2`, `0.5`) → seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"invalid duration {text!r}: expected a number with an optional unit ms, s, m or h")
+    return float(match[1]) * _UNITS[match[2]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Behaviour:
+    """How a pod's containers behave, from its annotations and the settings."""
+
+    duration: float
+    exit_code: int
+    fail_times: int
+    restart_policy: str
+    scripted: bool
+    """True when any `sim.kto.dev/` annotation is set (decides whether an Always pod ever exits)."""
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any], settings: sim_settings.SimSettings) -> Behaviour:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        duration = settings.pod_duration
+        exit_code = settings.pod_exit_code
+        fail_times = 0
+        if DURATION_ANNOTATION in annotations:
+            duration = parse_duration(str(annotations[DURATION_ANNOTATION]))
+        if EXIT_CODE_ANNOTATION in annotations:
+            exit_code = _parse_int(EXIT_CODE_ANNOTATION, annotations[EXIT_CODE_ANNOTATION])
+        if FAIL_TIMES_ANNOTATION in annotations:
+            fail_times = _parse_int(FAIL_TIMES_ANNOTATION, annotations[FAIL_TIMES_ANNOTATION])
+        return cls(
+            duration=duration,
+            exit_code=exit_code,
+            fail_times=fail_times,
+            restart_policy=(pod.get("spec") or {}).get("restartPolicy") or "Always",
+            scripted=any(name in annotations for name in SIM_ANNOTATIONS),
+        )
+
+    @property
+    def runs_forever(self) -> bool:
+        return self.restart_policy == "Always" and not self.scripted
+
+    def exit_code_after(self, failures: int) -> int:
+        """The exit code of the next run, given how many runs of this pod name failed before."""
+        if self.fail_times <= 0:
+            return self.exit_code
+        if failures < self.fail_times:
+            return self.exit_code if self.exit_code != 0 else 1
+        return 0
+
+
+def _parse_int(name: str, value: object) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"invalid annotation {name}: {value!r} is not an integer") from None
+
+
+def after_exit(restart_policy: str, exit_code: int) -> str:
+    """What follows a container exit: "restart", "Succeeded" or "Failed"."""
+    if restart_policy == "Always":
+        return "restart"
+    if restart_policy == "OnFailure" and exit_code != 0:
+        return "restart"
+    return "Succeeded" if exit_code == 0 else "Failed"
+
+
+def termination_reason(exit_code: int) -> str:
+    return "Completed" if exit_code == 0 else "Error"
+
+
+def env_summary(pod: Mapping[str, Any]) -> str:
+    """`RANK=0 WORLD_SIZE=2 …` from the first container's literal env values ("" when none)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        return ""
+    values = {}
+    for var in containers[0].get("env") or []:
+        name = var.get("name") or ""
+        if "value" in var and (name in LOGGED_ENV or name.startswith(LOGGED_ENV_PREFIXES)):
+            values[name] = var["value"]
+    ordered = [n for n in LOGGED_ENV if n in values] + sorted(n for n in values if n not in LOGGED_ENV)
+    return " ".join(f"{name}={values[name]}" for name in ordered)
+
+
+def timestamp(clock: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock))
+
+
+def container_id(uid: str, container: str, attempt: int) -> str:
+    digest = hashlib.sha256(f"{uid}/{container}/{attempt}".encode()).hexdigest()
+    return f"containerd://{digest}"
+
+
+# --------------------------------------------------------------------------
+# One pod's run
+# --------------------------------------------------------------------------
+
+Key = tuple[str, str]
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the kubelet knows of one pod it runs; `status()` renders it."""
+
+    key: Key
+    uid: str
+    node: str
+    host_ip: str
+    pod: dict[str, Any]
+    behaviour: Behaviour | None
+    stage: str = "creating"
+    """creating | running | backoff | terminated."""
+    phase: str = "Pending"
+    pod_ip: str | None = None
+    start_time: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    init_done_at: str | None = None
+    restart_count: int = 0
+    attempt: int = 0
+    exit_code: int | None = None
+    exit_reason: str | None = None
+    exit_message: str | None = None
+    last_terminated: dict[str, Any] | None = None
+    reason: str | None = None
+    message: str | None = None
+    extra_conditions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+    dirty: bool = False
+    adopted: bool = False
+    """Seen already finished when the kubelet started: its status is not rewritten."""
+    remove: bool = False
+    """Delete the pod once its terminal status is written."""
+    logs: list[str] = dataclasses.field(default_factory=list)
+    transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    """Condition type → (status, lastTransitionTime) as last written."""
+
+    def transition(self, kind: str, status: str, clock: str) -> str:
+        """lastTransitionTime of a condition: kept while its status stays."""
+        previous = self.transitions.get(kind)
+        if previous is None or previous[0] != status:
+            self.transitions[kind] = (status, clock)
+        return self.transitions[kind][1]
+
+    def status(self, current: Mapping[str, Any], clock: str) -> dict[str, Any]:
+        """The pod status to write, keeping fields and conditions owned by others."""
+        spec = self.pod.get("spec") or {}
+        containers = spec.get("containers") or []
+        init_containers = spec.get("initContainers") or []
+        status: dict[str, Any] = {
+            k: v
+            for k, v in current.items()
+            if k not in ("phase", "conditions", "containerStatuses", "initContainerStatuses", "reason", "message")
+        }
+        status["phase"] = self.phase
+        if self.reason:
+            status["reason"] = self.reason
+        if self.message:
+            status["message"] = self.message
+        status["hostIP"] = self.host_ip
+        status["hostIPs"] = [{"ip": self.host_ip}]
+        if self.pod_ip:
+            status["podIP"] = self.pod_ip
+            status["podIPs"] = [{"ip": self.pod_ip}]
+        if self.start_time:
+            status["startTime"] = self.start_time
+        running = self.stage == "running"
+        initialized = self.init_done_at is not None or not init_containers
+        ready_reason = None
+        if self.stage == "terminated":
+            ready_reason = "PodCompleted"
+        elif not running:
+            ready_reason = "ContainersNotReady"
+        owned = {
+            "PodReadyToStartContainers": self.stage != "creating" or self.phase in TERMINAL_PHASES,
+            "Initialized": initialized,
+            "ContainersReady": running,
+            "Ready": running,
+        }
+        conditions = [
+            c
+            for c in current.get("conditions") or []
+            if c.get("type") not in owned and c.get("type") not in {e["type"] for e in self.extra_conditions}
+        ]
+        for kind, ok in owned.items():
+            condition: dict[str, Any] = {
+                "type": kind,
+                "status": "True" if ok else "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": self.transition(kind, "True" if ok else "False", clock),
+            }
+            if not ok:
+                if kind in ("Ready", "ContainersReady") and ready_reason:
+                    condition["reason"] = ready_reason
+                    if ready_reason == "ContainersNotReady":
+                        names = ", ".join(c.get("name", "") for c in containers)
+                        condition["message"] = f"containers with unready status: [{names}]"
+                elif kind == "Initialized":
+                    condition["reason"] = "ContainersNotInitialized"
+            conditions.append(condition)
+        conditions.extend(self.extra_conditions)
+        if not any(c.get("type") == "PodScheduled" for c in conditions):
+            conditions.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": self.start_time or clock,
+                }
+            )
+        status["conditions"] = conditions
+        if init_containers:
+            status["initContainerStatuses"] = [self._init_status(c) for c in init_containers]
+        status["containerStatuses"] = [self._container_status(c) for c in containers]
+        return status
+
+    def _init_status(self, container: Mapping[str, Any]) -> dict[str, Any]:
+        name = container.get("name", "")
+        entry = _base_status(container)
+        if self.init_done_at is not None:
+            entry["state"] = {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": self.init_done_at,
+                    "finishedAt": self.init_done_at,
+                    "containerID": container_id(self.uid, name, 0),
+                }
+            }
+            entry["containerID"] = container_id(self.uid, name, 0)
+        elif self.stage == "terminated":
+            entry["state"] = {"terminated": {"exitCode": self.exit_code or 0, "reason": self.exit_reason or "Error"}}
+        else:
+            entry["state"] = {"waiting": {"reason": "PodInitializing"}}
+        entry["started"] = False
+        return entry
+
+    def _container_status(self, container: Mapping[str, Any]) -> dict[str, Any]:
+        name = container.get("name", "")
+        entry = _base_status(container)
+        entry["restartCount"] = self.restart_count
+        cid = container_id(self.uid, name, self.attempt)
+        if self.stage == "running":
+            entry["state"] = {"running": {"startedAt": self.started_at}}
+            entry["ready"] = True
+            entry["started"] = True
+            entry["containerID"] = cid
+        elif self.stage == "terminated":
+            terminated: dict[str, Any] = {
+                "exitCode": self.exit_code if self.exit_code is not None else 0,
+                "reason": self.exit_reason or termination_reason(self.exit_code or 0),
+                "finishedAt": self.finished_at,
+            }
+            if self.exit_message:
+                terminated["message"] = self.exit_message
+            if self.started_at:
+                terminated["startedAt"] = self.started_at
+                terminated["containerID"] = cid
+                entry["containerID"] = cid
+            entry["state"] = {"terminated": terminated}
+        elif self.stage == "backoff":
+            entry["state"] = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off restarting failed container={name} pod={self.key[1]}_{self.key[0]}({self.uid})",
+                }
+            }
+        elif self.init_done_at is None and (self.pod.get("spec") or {}).get("initContainers"):
+            entry["state"] = {"waiting": {"reason": "PodInitializing"}}
+        else:
+            entry["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        if self.last_terminated is not None:
+            entry["lastState"] = {"terminated": dict(self.last_terminated, containerID=container_id(self.uid, name, self.attempt - 1))}
+        return entry
+
+
+def _base_status(container: Mapping[str, Any]) -> dict[str, Any]:
+    image = container.get("image", "")
+    return {
+        "name": container.get("name", ""),
+        "image": image,
+        "imageID": f"{image}@sha256:{hashlib.sha256(str(image).encode()).hexdigest()}",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {},
+        "lastState": {},
+    }
+
+
+# --------------------------------------------------------------------------
+# The kubelet
+# --------------------------------------------------------------------------
+
+
+class Kubelet:
+    """Runs the pods bound to the simulated nodes; `run()` until cancelled."""
+
+    def __init__(self, store: Any, settings: sim_settings.SimSettings) -> None:
+        self._store = store
+        self._settings = settings
+        self._node_ips = {nodes.node_name(i): nodes.node_ip(i) for i in range(settings.nodes)}
+        self._failed_nodes: set[str] = set()
+        self._runs: dict[Key, _Run] = {}
+        self._failures: dict[Key, int] = {}
+        self._ips_used: set[str] = set()
+        self._next_ip: dict[str, int] = {}
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._writing: set[Key] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- public --------------------------------------------------------
+
+    async def run(self) -> None:
+        """Register the nodes, then run the pods bound to them until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        await self._register_nodes()
+        informer = listwatching.Informer(self._store, "pods", self._on_pod, name="sim-kubelet-pods")
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(informer.run(), name=informer.name)
+            for index in range(WRITERS):
+                tasks.create_task(self._write_forever(), name=f"sim-kubelet-writer-{index}")
+
+    def logs(self, namespace: str, name: str) -> str:
+        """The log of a pod the kubelet runs or ran (one line per event); 404 ApiError if none."""
+        run = self._runs.get((namespace, name))
+        if run is None:
+            raise errors.not_found("pods", name)
+        return "".join(line + "\n" for line in run.logs)
+
+    async def fail_node(self, name: str) -> None:
+        """Take node `name` down: Ready=Unknown, unreachable taints, its pods Failed with NodeLost."""
+        self._require_node(name)
+        self._failed_nodes.add(name)
+        clock = timestamp(time.time())
+        await self._update_node(name, self._node_down, clock)
+        for run in list(self._runs.values()):
+            if run.node == name:
+                self._lose(run, clock)
+
+    async def recover_node(self, name: str) -> None:
+        """Bring node `name` back: Ready=True, taints removed; new pods run there again."""
+        self._require_node(name)
+        self._failed_nodes.discard(name)
+        await self._update_node(name, self._node_up, timestamp(time.time()))
+
+    async def evict(self, namespace: str, name: str) -> None:
+        """Evict a running pod as the kubelet does under memory pressure: Failed, reason Evicted."""
+        run = self._runs.get((namespace, name))
+        if run is None:
+            raise errors.not_found("pods", name)
+        if run.phase in TERMINAL_PHASES:
+            return
+        message = "The node was low on resource: memory. "
+        containers = (run.pod.get("spec") or {}).get("containers") or []
+        if containers:
+            message += (
+                f"Threshold quantity: 100Mi, available: 51200Ki. Container {containers[0].get('name', '')} "
+                "was using 1Gi, request is 0, has larger consumption of memory. "
+            )
+        clock = timestamp(time.time())
+        run.extra_conditions = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": "The node was low on resource: memory. ",
+                "lastProbeTime": None,
+                "lastTransitionTime": clock,
+            }
+        ]
+        self._terminate(run, 137, "Error", clock, phase="Failed", reason="Evicted", message=message)
+
+    # -- nodes ---------------------------------------------------------
+
+    def _require_node(self, name: str) -> None:
+        if name not in self._node_ips:
+            raise errors.not_found("nodes", name)
+
+    async def _register_nodes(self) -> None:
+        clock = timestamp(time.time())
+        for node in nodes.make_nodes(self._settings, clock):
+            try:
+                await self._store.create("nodes", node)
+            except errors.ApiError as exc:
+                if exc.code != 409:
+                    raise
+
+    @staticmethod
+    def _node_down(node: dict[str, Any], clock: str) -> None:
+        spec = node.setdefault("spec", {})
+        taints = [t for t in spec.get("taints") or [] if t.get("key") != "node.kubernetes.io/unreachable"]
+        for effect in ("NoSchedule", "NoExecute"):
+            taints.append({"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": clock})
+        spec["taints"] = taints
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            condition.update(
+                status="Unknown",
+                reason="NodeStatusUnknown",
+                message="Kubelet stopped posting node status.",
+                lastTransitionTime=clock,
+            )
+
+    @staticmethod
+    def _node_up(node: dict[str, Any], clock: str) -> None:
+        spec = node.setdefault("spec", {})
+        spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") != "node.kubernetes.io/unreachable"]
+        if not spec["taints"]:
+            del spec["taints"]
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            ready = condition.get("type") == "Ready"
+            condition.update(
+                status="True" if ready else "False",
+                reason="KubeletReady" if ready else condition.get("reason"),
+                message="kubelet is posting ready status" if ready else condition.get("message"),
+                lastTransitionTime=clock,
+                lastHeartbeatTime=clock,
+            )
+
+    async def _update_node(self, name: str, change: Any, clock: str) -> None:
+        """Apply `change` to the node's spec (main resource) and status (subresource), retrying on 409."""
+        for subresource in (None, "status"):
+            for _ in range(MAX_CONFLICT_RETRIES):
+                node = await self._store.get("nodes", None, name)
+                change(node, clock)
+                try:
+                    await self._store.update("nodes", node, subresource=subresource)
+                    break
+                except errors.ApiError as exc:
+                    if exc.code != 409:
+                        raise
+
+    # -- watch ---------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        metadata = pod.get("metadata") or {}
+        key = (metadata.get("namespace") or "", metadata.get("name") or "")
+        run = self._runs.get(key)
+        if kind == "DELETED":
+            if run is not None:
+                self._forget(run)
+            return
+        if run is not None and run.uid != metadata.get("uid"):
+            self._forget(run)
+            run = None
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in self._node_ips:
+            return
+        if run is None:
+            run = self._start_run(key, pod, node)
+            if run is None:
+                return
+        else:
+            run.pod = pod
+        if metadata.get("deletionTimestamp") and not run.remove:
+            self._begin_deletion(run, pod)
+
+    def _start_run(self, key: Key, pod: dict[str, Any], node: str) -> _Run | None:
+        metadata = pod["metadata"]
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        try:
+            behaviour: Behaviour | None = Behaviour.of(pod, self._settings)
+        except ValueError as exc:
+            behaviour = None
+            log.warning("sim kubelet: pod %s/%s: %s", *key, exc)
+        run = _Run(key, metadata.get("uid") or "", node, self._node_ips[node], pod, behaviour)
+        self._runs[key] = run
+        if phase in TERMINAL_PHASES:
+            # Finished before the kubelet (re)started: nothing to run.
+            run.stage, run.phase, run.adopted = "terminated", phase, True
+            return run
+        clock = timestamp(time.time())
+        if node in self._failed_nodes:
+            self._lose(run, clock)
+            return run
+        if behaviour is None:
+            message = f"invalid sim annotation: {self._invalid_reason(pod)}"
+            self._terminate(run, 128, "StartError", clock, phase="Failed", reason="StartError", message=message)
+            return run
+        if phase == "Running":
+            # Running when the kubelet started: take it up from now on.
+            self._start_containers(run)
+            return run
+        run.start_time = clock
+        run.logs.append(f"sim: pod {key[0]}/{key[1]} scheduled to {node}")
+        self._mark(run)
+        self._after(run, self._settings.startup_delay, self._start_containers)
+        return run
+
+    def _invalid_reason(self, pod: dict[str, Any]) -> str:
+        try:
+            Behaviour.of(pod, self._settings)
+        except ValueError as exc:
+            return str(exc)
+        return ""
+
+    def _forget(self, run: _Run) -> None:
+        self._cancel(run)
+        self._runs.pop(run.key, None)
+        if run.pod_ip:
+            self._ips_used.discard(run.pod_ip)
+
+    # -- transitions (synchronous: state change, then a write is queued) --
+
+    def _after(self, run: _Run, delay: float, step: Any) -> None:
+        self._cancel(run)
+        loop = self._loop or asyncio.get_running_loop()
+        run.timer = loop.call_later(max(0.0, delay), self._fire, run.key, run.uid, step)
+
+    def _fire(self, key: Key, uid: str, step: Any) -> None:
+        run = self._runs.get(key)
+        if run is None or run.uid != uid:
+            return
+        run.timer = None
+        try:
+            step(run)
+        except Exception:
+            log.exception("sim kubelet: pod %s/%s: transition failed", *key)
+
+    @staticmethod
+    def _cancel(run: _Run) -> None:
+        if run.timer is not None:
+            run.timer.cancel()
+            run.timer = None
+
+    def _start_containers(self, run: _Run) -> None:
+        clock = timestamp(time.time())
+        behaviour = run.behaviour
+        assert behaviour is not None
+        if run.start_time is None:
+            run.start_time = clock
+        if (run.pod.get("spec") or {}).get("initContainers") and run.init_done_at is None:
+            run.init_done_at = clock
+            for container in run.pod["spec"]["initContainers"]:
+                run.logs.append(f"sim: init container {container.get('name', '')} completed")
+        if run.pod_ip is None:
+            run.pod_ip = self._allocate_ip(run.node)
+        run.stage, run.phase = "running", "Running"
+        run.started_at = clock
+        run.attempt += 1
+        names = ", ".join(c.get("name", "") for c in (run.pod.get("spec") or {}).get("containers") or [])
+        run.logs.append(f"sim: started container(s) {names} (run {run.attempt})")
+        summary = env_summary(run.pod)
+        if summary:
+            run.logs.append(f"sim: env {summary}")
+        self._mark(run)
+        if not behaviour.runs_forever:
+            self._after(run, behaviour.duration, self._exit_containers)
+
+    def _exit_containers(self, run: _Run) -> None:
+        behaviour = run.behaviour
+        assert behaviour is not None
+        clock = timestamp(time.time())
+        failures = self._failures.get(run.key, 0)
+        code = behaviour.exit_code_after(failures)
+        if code != 0:
+            self._failures[run.key] = failures + 1
+        run.logs.append(f"sim: container(s) exited with code {code}")
+        outcome = after_exit(behaviour.restart_policy, code)
+        if outcome == "restart":
+            run.last_terminated = {
+                "exitCode": code,
+                "reason": termination_reason(code),
+                "startedAt": run.started_at,
+                "finishedAt": clock,
+            }
+            run.restart_count += 1
+            run.stage = "backoff"
+            self._mark(run)
+            self._after(run, self._settings.startup_delay, self._start_containers)
+            return
+        message = None
+        reason = None
+        if outcome == "Failed":
+            names = ", ".join(c.get("name", "") for c in (run.pod.get("spec") or {}).get("containers") or [])
+            reason = "Error"
+            message = f"container(s) {names} exited with code {code}"
+        self._terminate(run, code, termination_reason(code), clock, phase=outcome, reason=reason, message=message)
+
+    def _terminate(
+        self,
+        run: _Run,
+        code: int,
+        exit_reason: str,
+        clock: str,
+        *,
+        phase: str,
+        reason: str | None = None,
+        message: str | None = None,
+        exit_message: str | None = None,
+    ) -> None:
+        self._cancel(run)
+        run.stage, run.phase = "terminated", phase
+        run.exit_code, run.exit_reason, run.exit_message = code, exit_reason, exit_message
+        run.finished_at = clock
+        run.reason, run.message = reason, message
+        run.adopted = False
+        if reason:
+            run.logs.append(f"sim: pod {phase}: {reason}" + (f": {message.strip()}" if message else ""))
+        self._mark(run)
+
+    def _lose(self, run: _Run, clock: str) -> None:
+        if run.phase in TERMINAL_PHASES and run.stage == "terminated":
+            if (run.pod.get("metadata") or {}).get("deletionTimestamp"):
+                run.remove = True
+                self._mark(run)
+            return
+        message = f"Node {run.node} which was running pod {run.key[1]} is unresponsive"
+        self._terminate(
+            run,
+            137,
+            "ContainerStatusUnknown",
+            clock,
+            phase="Failed",
+            reason="NodeLost",
+            message=message,
+            exit_message="The container could not be located when the pod was terminated",
+        )
+        if (run.pod.get("metadata") or {}).get("deletionTimestamp"):
+            run.remove = True
+
+    def _begin_deletion(self, run: _Run, pod: dict[str, Any]) -> None:
+        run.remove = True
+        if run.stage == "terminated" or run.node in self._failed_nodes:
+            self._cancel(run)
+            self._mark(run)
+            return
+        grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        delay = min(float(grace or 0), MAX_TERMINATION_GRACE)
+        self._after(run, delay, self._stop_deleted)
+
+    def _stop_deleted(self, run: _Run) -> None:
+        clock = timestamp(time.time())
+        run.logs.append("sim: stopping container(s): pod deleted")
+        started = run.started_at is not None and run.stage in ("running", "backoff")
+        code = 143 if started else 0
+        phase = "Succeeded" if run.phase == "Succeeded" else "Failed"
+        self._terminate(run, code, "Error" if code else "Completed", clock, phase=phase)
+
+    def _allocate_ip(self, node: str) -> str:
+        index = nodes.node_index(node) or 0
+        counter = self._next_ip.get(node, 0)
+        for _ in range(254 * 256):
+            ip = f"10.{index + 1}.{counter // 254 % 256}.{counter % 254 + 1}"
+            counter += 1
+            if ip not in self._ips_used:
+                self._next_ip[node] = counter
+                self._ips_used.add(ip)
+                return ip
+        raise RuntimeError(f"node {node} has no pod IP address left")
+
+    # -- writes --------------------------------------------------------
+
+    def _mark(self, run: _Run) -> None:
+        run.dirty = True
+        if run.key not in self._queued:
+            self._queued.add(run.key)
+            self._queue.put_nowait(run.key)
+
+    async def _write_forever(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            run = self._runs.get(key)
+            if run is None or not run.dirty or key in self._writing:
+                continue  # the writer busy with this pod queues it again when done
+            self._writing.add(key)
+            try:
+                run.dirty = False
+                await self._write(run)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sim kubelet: writing the status of pod %s/%s failed", *key)
+            finally:
+                self._writing.discard(key)
+            if run.dirty and self._runs.get(key) is run:
+                self._queued.add(key)
+                self._queue.put_nowait(key)
+
+    async def _write(self, run: _Run) -> None:
+        """Write the run's status with the last resourceVersion seen; on 409 re-read and retry."""
+        namespace, name = run.key
+        pod = run.pod
+        for _ in range(MAX_CONFLICT_RETRIES):
+            if self._runs.get(run.key) is not run:
+                return
+            clock = timestamp(time.time())
+            metadata = pod.get("metadata") or {}
+            if metadata.get("uid") != run.uid:
+                return
+            if not run.adopted:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "resourceVersion": metadata.get("resourceVersion"),
+                    },
+                    "status": run.status(pod.get("status") or {}, clock),
+                }
+                try:
+                    pod = await self._store.update("pods", body, subresource="status")
+                except errors.ApiError as exc:
+                    if exc.code == 404:
+                        return
+                    if exc.code != 409:
+                        raise
+                    try:
+                        pod = await self._store.get("pods", namespace, name)
+                    except errors.ApiError as again:
+                        if again.code == 404:
+                            return
+                        raise
+                    continue
+                run.pod = pod
+            if run.remove and run.stage == "terminated":
+                try:
+                    await self._store.delete(
+                        "pods", namespace, name, preconditions={"uid": run.uid}
+                    )
+                except errors.ApiError as exc:
+                    if exc.code not in (404, 409):
+                        raise
+            return
+        log.warning("sim kubelet: gave up writing pod %s/%s after %d conflicts", namespace, name, MAX_CONFLICT_RETRIES)
