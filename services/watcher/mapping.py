@@ -1,0 +1,55 @@
+"""Which job an object belongs to: pure, no I/O.
+
+In: a Kubernetes object as a dict (a job of one of the six kinds, or a pod,
+Service, ConfigMap… that may belong to one) and the cluster name.
+Out: the object's :class:`~shared.bus.records.JobKey`
+(``cluster/namespace/kind/name``), or None for an object that belongs to no job.
+
+A job is keyed by itself. A child is keyed by its controller ownerReference
+when that points at a kubeflow.org/v1 job kind, else by its
+``training.kubeflow.org/job-name`` and ``training.kubeflow.org/operator-name``
+labels (``pytorchjob-controller`` → PyTorchJob), as upstream finds children.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.api import jobs
+from shared.bus import records
+
+LABEL_JOB_NAME = "training.kubeflow.org/job-name"
+LABEL_OPERATOR_NAME = "training.kubeflow.org/operator-name"
+
+KIND_BY_CONTROLLER: dict[str, str] = {cls.CONTROLLER_NAME: kind for kind, cls in jobs.KINDS.items()}
+"""Value of the operator-name label → job kind."""
+
+
+def _key(cluster: str, namespace: str, kind: str, name: str) -> records.JobKey | None:
+    if not (namespace and name) or "/" in namespace or "/" in name:
+        return None
+    return records.JobKey(cluster=cluster, namespace=namespace, kind=kind, name=name)
+
+
+def is_job(obj: dict[str, Any]) -> bool:
+    """True for an object of one of the six kubeflow.org/v1 job kinds."""
+    return obj.get("apiVersion") == jobs.API_VERSION and obj.get("kind") in jobs.KINDS
+
+
+def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
+    """The key of the job ``obj`` is (or belongs to), None if it belongs to none."""
+    metadata = obj.get("metadata") or {}
+    namespace = str(metadata.get("namespace") or "")
+    if is_job(obj):
+        return _key(cluster, namespace, str(obj["kind"]), str(metadata.get("name") or ""))
+    for ref in metadata.get("ownerReferences") or ():
+        if not isinstance(ref, dict) or not ref.get("controller"):
+            continue
+        if ref.get("apiVersion") == jobs.API_VERSION and ref.get("kind") in jobs.KINDS:
+            return _key(cluster, namespace, str(ref["kind"]), str(ref.get("name") or ""))
+    labels = metadata.get("labels") or {}
+    kind = KIND_BY_CONTROLLER.get(str(labels.get(LABEL_OPERATOR_NAME) or ""))
+    job_name = labels.get(LABEL_JOB_NAME)
+    if kind is None or not job_name:
+        return None
+    return _key(cluster, namespace, kind, str(job_name))

@@ -1,0 +1,105 @@
+"""The watcher process: one cluster, one active watcher, everything published.
+
+In: :class:`~services.watcher.settings.WatcherSettings` and
+:class:`~shared.bus.settings.KafkaSettings`.
+Out: observations on the jobs topic while this process leads the cluster's
+Lease; nothing while it stands by. Runs until cancelled.
+
+Wiring: connect to the cluster (a bad kubeconfig raises
+:class:`ClusterConfigError` at once), start the publisher (it waits for the
+broker), then campaign for the Lease. Each term as leader runs the watches
+(starting with a full list published as ADDED / MODIFIED / RESYNCED / DELETED
+against what this process last published) and the periodic resync. When the
+broker comes back after an outage, the term's tasks are restarted, which
+relists and republishes everything, so nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from services.watcher import resyncing, watching
+from services.watcher.settings import WatcherSettings
+from shared.bus import producing
+from shared.bus.settings import KafkaSettings
+from shared.kube import clients, leasing
+
+log = logging.getLogger("kto.watcher")
+
+
+class ClusterConfigError(Exception):
+    """The kubeconfig (path or context) cannot be used to reach the cluster. Not retriable."""
+
+
+class _BrokerRecovered(Exception):
+    """Raised inside a term to restart its tasks after a broker outage."""
+
+
+async def connect(settings: WatcherSettings) -> clients.KubeClient:
+    """A client for the cluster; :class:`ClusterConfigError` for a bad kubeconfig or context."""
+    try:
+        return await clients.KubeClient.connect(settings.kubeconfig, settings.context)
+    except (OSError, ValueError, LookupError, TypeError) as exc:
+        raise ClusterConfigError(_config_problem(settings, exc)) from None
+    except Exception as exc:  # kubernetes-asyncio's ConfigException is a bare Exception
+        if type(exc).__name__ != "ConfigException":
+            raise
+        raise ClusterConfigError(_config_problem(settings, exc)) from None
+
+
+def _config_problem(settings: WatcherSettings, exc: BaseException) -> str:
+    where = settings.kubeconfig or "the default kubeconfig"
+    context = f" (context {settings.context!r})" if settings.context else ""
+    return f"cannot use kubeconfig {where}{context}: {exc}"
+
+
+async def _wait_for_recovery(outage: watching.BrokerOutage) -> None:
+    await outage.recovered.wait()
+    raise _BrokerRecovered()
+
+
+async def lead(watcher: watching.Watcher, outage: watching.BrokerOutage) -> None:
+    """One term as the active watcher: watch and resync until cancelled; start
+    over (full relist) whenever the broker comes back after an outage."""
+    settings = watcher.settings
+    while True:
+        outage.recovered.clear()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(watcher.run(), name=f"watch cluster {settings.cluster}")
+                group.create_task(
+                    resyncing.resync_forever(watcher, settings.resync_interval),
+                    name=f"resync cluster {settings.cluster}",
+                )
+                group.create_task(_wait_for_recovery(outage), name=f"broker outage of {settings.cluster}")
+        except* _BrokerRecovered:
+            log.info("cluster %s: broker is back; relisting and republishing everything", settings.cluster)
+
+
+async def run(settings: WatcherSettings, kafka_settings: KafkaSettings) -> None:
+    """Watch ``settings.cluster`` while leading its Lease; runs until cancelled."""
+    async with await connect(settings) as client:
+        log.info("watcher %s starting for cluster %s (%s), namespace %s, lease %s/%s",
+                 settings.identity, settings.cluster, client.host, settings.namespace or "(all)",
+                 settings.lease_namespace, settings.lease)
+        outage = watching.BrokerOutage()
+        async with producing.Publisher(
+            kafka_settings, watching.SOURCE, settings.identity, on_event=[outage],
+        ) as publisher:
+            watcher = watching.Watcher(client, publisher, settings)
+            elector = leasing.LeaderElector(
+                client, settings.lease_namespace, settings.lease, settings.identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.lease_renew_deadline,
+                retry_period=settings.lease_retry_period,
+            )
+
+            async def while_leader() -> None:
+                log.info("watcher %s is now the active watcher of cluster %s", settings.identity, settings.cluster)
+                try:
+                    await lead(watcher, outage)
+                finally:
+                    log.info("watcher %s stopped watching cluster %s", settings.identity, settings.cluster)
+
+            await elector.run(while_leader)

@@ -1,0 +1,90 @@
+"""Settings of the watcher service.
+
+In: command-line flags, read once by ``kto watcher``.
+Out: one frozen :class:`WatcherSettings` passed down to :mod:`running`,
+:mod:`watching` and :mod:`resyncing`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import socket
+
+
+def default_identity() -> str:
+    """``<hostname>-<pid>-<random>``: unique per process, readable in the Lease."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WatcherSettings:
+    """What one watcher process watches and how it shares the cluster with its standbys."""
+
+    cluster: str
+    """Name of the watched cluster: the first segment of every job key it publishes."""
+
+    kubeconfig: str | None = None
+    """Path of the kubeconfig; None → ``$KUBECONFIG`` / ``~/.kube/config``, or the
+    in-cluster service account when running in a pod."""
+
+    context: str | None = None
+    """kubeconfig context to use; None → the current context."""
+
+    namespace: str | None = None
+    """Namespace to watch; None → all namespaces."""
+
+    resync_interval: float = 30.0
+    """Seconds between two periodic resyncs (RESYNCED for every live job)."""
+
+    lease_namespace: str = "default"
+    """Namespace of the Lease that elects the one active watcher of the cluster."""
+
+    lease_name: str = ""
+    """Name of that Lease; "" → ``kto-watcher-<cluster>``."""
+
+    lease_duration: float = 15.0
+    """Seconds a standby waits after the Lease last changed before it takes over."""
+
+    renew_deadline: float = 0.0
+    """Seconds the leader keeps trying to renew before it steps down; 0 → 2/3 of
+    ``lease_duration``."""
+
+    retry_period: float = 0.0
+    """Seconds between two attempts to acquire or renew; 0 → ``lease_duration`` / 7.5
+    (2 s for the default 15 s, as client-go's defaults)."""
+
+    identity: str = dataclasses.field(default_factory=default_identity)
+    """This process in the Lease and in the ``instance`` field of its records."""
+
+    watch_timeout: int = 300
+    """Seconds one watch request stays open before it is renewed (from the last
+    resourceVersion, without a relist)."""
+
+    def __post_init__(self) -> None:
+        if not self.cluster or "/" in self.cluster or self.cluster != self.cluster.strip():
+            raise ValueError(f"cluster name {self.cluster!r} must be non-empty, without '/' or spaces")
+        if self.resync_interval <= 0:
+            raise ValueError(f"resync interval must be positive, not {self.resync_interval}")
+        if self.lease_duration <= 0:
+            raise ValueError(f"lease duration must be positive, not {self.lease_duration}")
+        if not 0 < self.lease_renew_deadline < self.lease_duration:
+            raise ValueError("renew deadline must be positive and below the lease duration")
+        if not 0 < self.lease_retry_period < self.lease_renew_deadline:
+            raise ValueError("retry period must be positive and below the renew deadline")
+        if self.watch_timeout < 1:
+            raise ValueError(f"watch timeout must be at least 1 s, not {self.watch_timeout}")
+
+    @property
+    def lease(self) -> str:
+        """The Lease name actually used."""
+        return self.lease_name or f"kto-watcher-{self.cluster}"
+
+    @property
+    def lease_renew_deadline(self) -> float:
+        return self.renew_deadline or self.lease_duration * 2 / 3
+
+    @property
+    def lease_retry_period(self) -> float:
+        return self.retry_period or self.lease_duration / 7.5

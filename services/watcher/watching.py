@@ -1,0 +1,336 @@
+"""List+watch of one cluster's jobs and their children, published as observations.
+
+In: a :class:`~shared.kube.clients.KubeClient` for the cluster, a
+:class:`~shared.bus.producing.Publisher`, :class:`~services.watcher.settings.WatcherSettings`.
+Out: one :class:`~shared.bus.records.Observation` on the jobs topic per change of
+a job (the six kubeflow.org/v1 kinds) or of a pod, Service or ConfigMap that
+carries the ``training.kubeflow.org/job-name`` label, keyed by the job key.
+
+Per resource type: list, then watch from the list's resourceVersion; BOOKMARKs
+move the resourceVersion on; a broken connection resumes from the last
+resourceVersion with backoff; 410 Gone relists and publishes the differences
+against what was last published (ADDED / MODIFIED for new or changed
+resourceVersions, DELETED with the last known object for objects that
+vanished meanwhile). Every :meth:`Watcher.run` starts with a full list that
+also publishes unchanged objects as RESYNCED, so a new leader, or a watcher
+whose broker came back, leaves nothing unsaid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import tenacity
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from services.watcher import mapping
+from services.watcher.settings import WatcherSettings
+from shared import tracing
+from shared.bus import events, producing, records
+from shared.kube import clients, resources
+
+log = logging.getLogger("kto.watcher")
+_tracer = trace.get_tracer("kto.watcher")
+
+TRACEPARENT_ANNOTATION = "kto.dev/traceparent"
+"""A job annotation holding a W3C traceparent: the parent of the job's watch spans."""
+
+CHILD_SELECTOR = mapping.LABEL_JOB_NAME
+"""Server-side label selector of the children watched: the job-name label exists."""
+
+CHILD_TYPES: tuple[resources.ResourceType, ...] = (resources.PODS, resources.SERVICES, resources.CONFIGMAPS)
+"""Kinds of children watched (label-selected)."""
+
+WATCHED_TYPES: tuple[resources.ResourceType, ...] = (*resources.JOB_TYPES.values(), *CHILD_TYPES)
+"""Everything one watcher lists and watches."""
+
+SOURCE = "watcher"
+"""The ``source`` of every record the watcher publishes."""
+
+
+def selector_for(rt: resources.ResourceType) -> str | None:
+    """The server-side label selector of a watched type (None for the job kinds)."""
+    return None if rt.kind in resources.JOB_TYPES else CHILD_SELECTOR
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """An object as last published."""
+
+    uid: str
+    resource_version: str
+    object: dict[str, Any]
+    key: records.JobKey | None
+
+
+ObjectId = tuple[str, str]
+"""(namespace, name)."""
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _ident(obj: dict[str, Any]) -> ObjectId:
+    meta = _meta(obj)
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+class Inventory:
+    """What the watcher last published, per kind: the baseline a relist is diffed against.
+
+    It outlives one :meth:`Watcher.run`, so a watcher that stops (lost
+    leadership, broker away) and runs again publishes what changed meanwhile,
+    deletions included.
+    """
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, dict[ObjectId, Known]] = {}
+
+    def of(self, kind: str) -> dict[ObjectId, Known]:
+        return self._by_kind.setdefault(kind, {})
+
+    def jobs(self) -> Iterator[Known]:
+        """Every live job known, kind by kind."""
+        for kind in resources.JOB_TYPES:
+            yield from list(self.of(kind).values())
+
+    def job(self, key: records.JobKey) -> Known | None:
+        return self._by_kind.get(key.kind, {}).get((key.namespace, key.name))
+
+
+class BrokerOutage:
+    """A bus hook that notices the broker being away and then back.
+
+    ``recovered`` is set at the first successful send after a failed one: the
+    watcher then relists and republishes everything (records sent while the
+    broker was away may be lost, e.g. an in-memory broker that restarted).
+    """
+
+    def __init__(self) -> None:
+        self._down = False
+        self.recovered = asyncio.Event()
+
+    def __call__(self, event: events.BusEvent) -> None:
+        if event.name in (events.BROKER_UNREACHABLE, events.SEND_ERROR):
+            if not self._down:
+                log.warning("broker unreachable: %s", event.attributes.get("error"))
+            self._down = True
+        elif event.name == events.SEND_DONE and self._down:
+            self._down = False
+            log.info("broker reachable again")
+            self.recovered.set()
+
+
+@dataclasses.dataclass
+class _Cursor:
+    resource_version: str = ""
+
+
+def _reconnecting(rt: resources.ResourceType) -> tenacity.AsyncRetrying:
+    """Retry a list or watch of ``rt`` forever on API errors, with capped backoff."""
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning("%s: list/watch failed (attempt %d), retrying in %.1fs: %s",
+                    rt.plural, state.attempt_number, wait, error)
+
+    return tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception_type(clients.ApiError),
+        wait=tenacity.wait_exponential_jitter(initial=0.2, max=30.0),
+        stop=tenacity.stop_never,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+class Watcher:
+    """Watches one cluster and publishes what it sees; :meth:`run` once per term."""
+
+    def __init__(
+        self, client: clients.KubeClient, publisher: producing.Publisher, settings: WatcherSettings,
+    ) -> None:
+        self._client = client
+        self._publisher = publisher
+        self._settings = settings
+        self.inventory = Inventory()
+
+    @property
+    def settings(self) -> WatcherSettings:
+        return self._settings
+
+    async def run(self) -> None:
+        """Full list of every watched type (publishing everything), then watch forever."""
+        async with asyncio.TaskGroup() as group:
+            for rt in WATCHED_TYPES:
+                group.create_task(self._watch(rt), name=f"watch {rt.plural} of {self._settings.cluster}")
+
+    async def _watch(self, rt: resources.ResourceType) -> None:
+        cursor = _Cursor()
+        async for attempt in _reconnecting(rt):
+            with attempt:
+                cursor.resource_version = await self._relist(rt, full=True)
+        while True:  # one watch request per turn; ends when the server closes it
+            async for attempt in _reconnecting(rt):
+                with attempt:
+                    await self._stream(rt, cursor)
+
+    async def _stream(self, rt: resources.ResourceType, cursor: _Cursor) -> None:
+        """One watch request from the cursor; a 410 relists and moves the cursor."""
+        try:
+            stream = self._client.watch(
+                rt, self._settings.namespace, cursor.resource_version, selector_for(rt),
+                timeout_seconds=self._settings.watch_timeout,
+            )
+            try:
+                async for event in stream:
+                    version = str(_meta(event.object).get("resourceVersion") or "")
+                    if event.type != "BOOKMARK":
+                        await self._observe(rt, event.type, event.object)
+                    if version:
+                        cursor.resource_version = version
+            finally:
+                # Close the stream now (not when it is collected) so its
+                # connection goes back to the pool, also when cancelled.
+                close = getattr(stream, "aclose", None)
+                if close is not None:
+                    await asyncio.shield(close())
+        except clients.ApiError as exc:
+            if not exc.gone:
+                raise
+            log.info("%s: watch from resourceVersion %s expired (410); relisting", rt.plural,
+                     cursor.resource_version)
+            cursor.resource_version = await self._relist(rt, full=False)
+
+    async def _relist(self, rt: resources.ResourceType, *, full: bool) -> str:
+        """List ``rt`` and publish the differences against the inventory.
+
+        ``full``: also publish unchanged objects, as RESYNCED.
+        Returns the list's resourceVersion.
+        """
+        items, version = await self._client.list(rt, self._settings.namespace, selector_for(rt))
+        known = self.inventory.of(rt.kind)
+        seen: set[ObjectId] = set()
+        counts = {"ADDED": 0, "MODIFIED": 0, "RESYNCED": 0, "DELETED": 0}
+        for obj in items:
+            ident = _ident(obj)
+            seen.add(ident)
+            meta = _meta(obj)
+            old = known.get(ident)
+            if old is not None and old.uid and old.uid != str(meta.get("uid") or ""):
+                # Deleted and created again while we were away: say both.
+                await self._publish_known(rt, "DELETED", ident, old)
+                counts["DELETED"] += 1
+                old = None
+            if old is None:
+                event: records.ObservationEvent = "ADDED"
+            elif old.resource_version != str(meta.get("resourceVersion") or ""):
+                event = "MODIFIED"
+            elif full:
+                event = "RESYNCED"
+            else:
+                continue
+            await self._observe(rt, event, obj)
+            counts[event] += 1
+        for ident in [i for i in known if i not in seen]:
+            await self._publish_known(rt, "DELETED", ident, known[ident])
+            counts["DELETED"] += 1
+        log.info("%s: %s list at resourceVersion %s: %d objects; published %s", rt.plural,
+                 "full" if full else "re-", version, len(items),
+                 ", ".join(f"{n} {e}" for e, n in counts.items() if n) or "nothing")
+        return version
+
+    async def _publish_known(self, rt: resources.ResourceType, event: records.ObservationEvent,
+                             ident: ObjectId, old: Known) -> None:
+        if old.key is not None:
+            await self.publish(event, rt.kind, old.object, old.key)
+        self.inventory.of(rt.kind).pop(ident, None)
+
+    async def _observe(self, rt: resources.ResourceType, event: str, obj: dict[str, Any]) -> None:
+        """Publish one watch event (or relist finding) and remember it."""
+        if event not in ("ADDED", "MODIFIED", "DELETED", "RESYNCED"):
+            log.warning("%s: ignoring watch event of type %r", rt.plural, event)
+            return
+        meta = _meta(obj)
+        ident = _ident(obj)
+        version = str(meta.get("resourceVersion") or "")
+        known = self.inventory.of(rt.kind)
+        old = known.get(ident)
+        if event in ("ADDED", "MODIFIED") and old is not None and old.resource_version == version:
+            return  # already published (e.g. by the list this watch started from)
+        key = mapping.job_key(self._settings.cluster, obj)
+        if event == "DELETED" and key is None and old is not None:
+            key = old.key
+        if key is not None:
+            await self.publish(typing.cast(records.ObservationEvent, event), rt.kind, obj, key)
+        if event == "DELETED":
+            known.pop(ident, None)
+        else:
+            known[ident] = Known(str(meta.get("uid") or ""), version, obj, key)
+
+    def _parent(self, key: records.JobKey, kind: str, obj: dict[str, Any]) -> otel_context.Context | None:
+        """The trace context of the job's ``kto.dev/traceparent`` annotation, if any."""
+        job = obj if kind == key.kind and mapping.is_job(obj) else None
+        if job is None:
+            known = self.inventory.job(key)
+            job = known.object if known is not None else None
+        if job is None:
+            return None
+        value = (_meta(job).get("annotations") or {}).get(TRACEPARENT_ANNOTATION)
+        if not isinstance(value, str) or not value:
+            return None
+        parent = tracing.extract([("traceparent", value.encode("ascii", "replace"))])
+        if not trace.get_current_span(parent).get_span_context().is_valid:
+            return None
+        return parent
+
+    async def publish(self, event: records.ObservationEvent, kind: str, obj: dict[str, Any],
+                      key: records.JobKey) -> None:
+        """Publish one observation of ``obj`` under ``key``, in a ``watch <event> <kind>`` span."""
+        meta = _meta(obj)
+        version = str(meta.get("resourceVersion") or "")
+        key_text = str(key)
+        if event == "RESYNCED":
+            record_id = records.deterministic_id(
+                SOURCE, key_text, kind, str(meta.get("uid") or ""), version, event,
+                datetime.datetime.now(datetime.UTC).isoformat(),
+            )
+        else:
+            # The same change published twice (a retry, a relist) gets the same id,
+            # so consumers drop the copy.
+            record_id = records.deterministic_id(
+                SOURCE, key_text, kind, str(meta.get("uid") or ""), version, event,
+            )
+        record = records.Observation(
+            id=record_id,
+            key=key_text,
+            resource_version=version,
+            source=SOURCE,
+            instance=self._settings.identity,
+            object_kind=kind,
+            event=event,
+            object=obj,
+        )
+        with _tracer.start_as_current_span(
+            f"watch {event} {kind}",
+            context=self._parent(key, kind, obj),
+            attributes={
+                "kto.job_key": key_text,
+                "kto.cluster": key.cluster,
+                "k8s.namespace.name": str(meta.get("namespace") or ""),
+                "k8s.object.kind": kind,
+                "k8s.object.name": str(meta.get("name") or ""),
+                "k8s.object.resource_version": version,
+                "kto.observation.event": event,
+            },
+        ):
+            await self._publisher.publish(record)
