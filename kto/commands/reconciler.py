@@ -1,0 +1,59 @@
+"""`kto reconciler`: one reconciler worker (run as many as you like; they share the partitions)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+HELP = "run a reconciler worker (consumer group kto-reconciler on kto.jobs)"
+
+
+def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
+    """The upstream operator flags that shape children (spec §10)."""
+    parser.add_argument("--gang-scheduler-name", default="", help="volcano, or a scheduler-plugins scheduler name")
+    parser.add_argument("--pytorch-init-container-image", default="alpine:3.10")
+    parser.add_argument("--pytorch-init-container-max-tries", type=int, default=100)
+    parser.add_argument("--mpi-kubectl-delivery-image", default="kubeflow/kubectl-delivery:latest")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", type=pathlib.Path, default=None,
+        help="kubeconfig whose contexts are the clusters (a job key's cluster = context name); "
+        "default: in-cluster config",
+    )
+    parser.add_argument("--concurrency", type=int, default=32, help="job keys reconciled at once")
+    add_operator_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from kto import cli, serving
+    from services.reconciler import running
+    from services.reconciler.settings import ReconcilerSettings
+    from shared.bus.settings import KafkaSettings
+    from shared.core.settings import OperatorSettings
+
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
+    if args.concurrency < 1:
+        raise cli.UserError("--concurrency must be at least 1")
+    try:
+        kafka = KafkaSettings.from_env()
+    except ValueError as exc:
+        raise cli.UserError(str(exc)) from None
+    settings = ReconcilerSettings(
+        kubeconfig=args.kubeconfig,
+        concurrency=args.concurrency,
+        operator=OperatorSettings(
+            gang_scheduler_name=args.gang_scheduler_name,
+            pytorch_init_container_image=args.pytorch_init_container_image,
+            pytorch_init_container_max_tries=args.pytorch_init_container_max_tries,
+            mpi_kubectl_delivery_image=args.mpi_kubectl_delivery_image,
+            cluster_domain=os.environ.get("CUSTOM_CLUSTER_DOMAIN", ""),
+        ),
+    )
+    return serving.serve(
+        lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))
+    )

@@ -1,0 +1,261 @@
+"""The reconciler worker: records of a job key in, API writes and decisions out.
+
+In: records from ``kto.jobs`` (one job key at a time, in log order, via the
+bus's KeyedConsumer). Out: creates, updates and deletes on the job's cluster,
+and a Decision record on ``kto.jobs`` for each of them. The decision itself is
+``shared.core.reconciling.decide`` (pure); this module keeps each key's view,
+hydrates keys it has not seen, applies the decision idempotently (409
+AlreadyExists and 404 NotFound count as done) and arms a timer for deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from shared.api import jobs
+from shared.bus import producing, records
+from shared.core import reconciling, statuses, views
+from shared.kube import clients, connecting, hydrating, resources
+from services.reconciler.settings import ReconcilerSettings
+
+log = logging.getLogger(__name__)
+
+VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Reconciler:
+    """Holds every key's view; ``handle`` is the KeyedConsumer handler."""
+
+    def __init__(
+        self, settings: ReconcilerSettings, clusters: connecting.ClusterClients, publisher: producing.Publisher,
+    ) -> None:
+        self._settings = settings
+        self._clusters = clusters
+        self._publisher = publisher
+        self._views: dict[str, views.JobView] = {}
+        self._deleted: dict[tuple[str, views.ChildKey], float] = {}
+        """(job key, child) → loop time this worker deleted it; it counts as going away until grace ends."""
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def handle(self, record: records.Record, parent: otel_context.Context) -> None:
+        self._loop = asyncio.get_running_loop()
+        key = records.JobKey.parse(record.key)
+        if key.kind not in jobs.KINDS:
+            return
+        view = self._views.setdefault(record.key, views.JobView())
+        if isinstance(record, records.Decision):
+            if record.action in VERDICT_ACTIONS and record.source == "reconciler":
+                view.set_verdict(record.detail.get("uid"), record.reason, record.message)
+            if record.action != "timer_fired":
+                return
+        else:
+            self._observe(view, record)
+            if record.event == "DELETED":
+                self._deleted.pop((record.key, views.child_key(record.object)), None)
+        if not view.hydrated:
+            await self._hydrate(key, view)
+        if view.job is None:
+            self._forget(record.key)
+            return
+        await self._reconcile(key, view)
+
+    def _observe(self, view: views.JobView, record: records.Observation) -> None:
+        deleted = record.event == "DELETED"
+        if record.object_kind in jobs.KINDS:
+            view.observe_job(record.object, deleted)
+        else:
+            view.observe_child(record.object, deleted)
+
+    async def _hydrate(self, key: records.JobKey, view: views.JobView) -> None:
+        client = await self._clusters.get(key.cluster)
+        job, children = await hydrating.hydrate(client, key.kind, key.namespace, key.name)
+        if job is None:
+            view.job, view.gone = None, True
+        else:
+            view.observe_job(job, deleted=False)
+            for child in children:
+                view.observe_child(child, deleted=False)
+        view.hydrated = True
+
+    def _forget(self, job_key: str) -> None:
+        self._views.pop(job_key, None)
+        timer = self._timers.pop(job_key, None)
+        if timer is not None:
+            timer.cancel()
+        for entry in [e for e in self._deleted if e[0] == job_key]:
+            del self._deleted[entry]
+
+    def _children(self, job_key: str, view: views.JobView) -> list[dict[str, Any]]:
+        """Observed children, with the ones this worker deleted marked as terminating."""
+        loop_time = asyncio.get_running_loop().time()
+        result = []
+        for child_key, child in view.children.items():
+            deleted_at = self._deleted.get((job_key, child_key))
+            if deleted_at is not None and loop_time - deleted_at < self._settings.delete_grace:
+                meta = dict(child.get("metadata") or {})
+                meta.setdefault("deletionTimestamp", "deleted-by-kto")
+                child = {**child, "metadata": meta}
+            result.append(child)
+        return result
+
+    async def _reconcile(self, key: records.JobKey, view: views.JobView) -> None:
+        assert view.job is not None
+        job_key = str(key)
+        try:
+            job = jobs.load(view.job)
+        except jobs.LoadError as exc:
+            await self._publish_verdict(
+                key, view, statuses.Verdict(f"{key.kind}FailedValidation",
+                                            f"{key.kind} {key.name} failed validation because {exc}"),
+                "job_validation_failed",
+            )
+            return
+        verdict = view.current_verdict()
+        decision = reconciling.decide(
+            job, self._children(job_key, view), _now(), self._settings.operator,
+            statuses.Verdict(*verdict) if verdict is not None else None,
+        )
+        client = await self._clusters.get(key.cluster)
+        if decision.verdict is not None:
+            action = "job_validation_failed" if decision.verdict.reason.endswith("FailedValidation") else "job_failed"
+            await self._publish_verdict(key, view, decision.verdict, action)
+        if decision.plan_error is not None:
+            await self._decide(key, view, "child_create_failed", reason="PlanError", message=decision.plan_error)
+        for manifest in decision.creates:
+            await self._create(client, key, view, manifest)
+        for manifest in decision.updates:
+            await self._update(client, key, view, manifest)
+        for ref in decision.deletes:
+            await self._delete(client, key, view, ref)
+        if decision.delete_job:
+            await self._delete_job(client, key, view)
+        self._arm_timer(job_key, decision.requeue_after)
+
+    async def _publish_verdict(
+        self, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict, action: str,
+    ) -> None:
+        uid = ((view.job or {}).get("metadata") or {}).get("uid")
+        if view.current_verdict() == (verdict.reason, verdict.message):
+            return
+        view.set_verdict(uid, verdict.reason, verdict.message)
+        await self._decide(key, view, action, reason=verdict.reason, message=verdict.message, detail={"uid": uid})
+
+    async def _decide(
+        self, key: records.JobKey, view: views.JobView, action: str, *, child_kind: str | None = None,
+        child_name: str | None = None, reason: str = "", message: str = "", detail: dict[str, Any] | None = None,
+        resource_version: str = "",
+    ) -> None:
+        await self._publisher.publish(
+            records.Decision(
+                key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
+                message=message, detail=detail or {}, resource_version=resource_version,
+                source="reconciler", instance=self._settings.instance,
+            )
+        )
+
+    async def _create(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, manifest: dict[str, Any],
+    ) -> None:
+        rt = resources.for_manifest(manifest)
+        name = manifest["metadata"]["name"]
+        try:
+            created = await client.create(rt, key.namespace, manifest)
+        except clients.ApiError as exc:
+            if exc.already_exists:
+                return
+            if exc.retriable:
+                raise
+            await self._decide(
+                key, view, "child_create_failed", child_kind=rt.kind, child_name=name,
+                reason=exc.reason or "CreateFailed", message=exc.message,
+            )
+            return
+        created.setdefault("apiVersion", rt.api_version)
+        created.setdefault("kind", rt.kind)
+        self._deleted.pop((str(key), (rt.kind, name)), None)
+        view.observe_child(created, deleted=False)
+        await self._decide(
+            key, view, "child_created", child_kind=rt.kind, child_name=name,
+            resource_version=str(created.get("metadata", {}).get("resourceVersion", "")),
+        )
+
+    async def _update(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, manifest: dict[str, Any],
+    ) -> None:
+        rt = resources.for_manifest(manifest)
+        try:
+            updated = await client.replace(rt, key.namespace, manifest)
+        except clients.ApiError as exc:
+            if exc.conflict or exc.not_found:
+                # The view was stale: the next observation of that child brings a fresh one.
+                return
+            raise
+        updated.setdefault("apiVersion", rt.api_version)
+        updated.setdefault("kind", rt.kind)
+        view.observe_child(updated, deleted=False)
+        await self._decide(key, view, "child_updated", child_kind=rt.kind, child_name=manifest["metadata"]["name"])
+
+    async def _delete(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, ref: reconciling.ChildRef,
+    ) -> None:
+        rt = resources.for_manifest({"apiVersion": ref.api_version, "kind": ref.kind})
+        try:
+            await client.delete(rt, ref.namespace or key.namespace, ref.name, uid=ref.uid)
+        except clients.ApiError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
+        self._deleted[(str(key), (ref.kind, ref.name))] = asyncio.get_running_loop().time()
+        action = "replica_restarted" if ref.reason == "restart" else "child_deleted"
+        await self._decide(key, view, action, child_kind=ref.kind, child_name=ref.name, reason=ref.reason)
+
+    async def _delete_job(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
+        uid = ((view.job or {}).get("metadata") or {}).get("uid")
+        try:
+            await client.delete(resources.JOB_TYPES[key.kind], key.namespace, key.name, uid=uid)
+        except clients.ApiError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
+        await self._decide(
+            key, view, "job_deleted_ttl", reason="TTLExpired",
+            message=f"Deleted job: {key.name}",
+        )
+
+    def _arm_timer(self, job_key: str, after: float | None) -> None:
+        """Publish a ``timer_fired`` record for the key when time alone may change the decision."""
+        previous = self._timers.pop(job_key, None)
+        if previous is not None:
+            previous.cancel()
+        if after is None or self._loop is None:
+            return
+        loop = self._loop
+
+        def fire() -> None:
+            self._timers.pop(job_key, None)
+            record = records.Decision(
+                key=job_key, action="timer_fired", reason="Requeue",
+                message="a deadline or TTL is due", source="reconciler", instance=self._settings.instance,
+            )
+            task = loop.create_task(self._publisher.publish(record), name=f"timer {job_key}")
+            task.add_done_callback(_log_failure)
+
+        self._timers[job_key] = loop.call_later(max(after, 0.0) + 0.05, fire)
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("timer record not published: %r", task.exception())

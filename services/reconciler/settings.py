@@ -1,0 +1,41 @@
+"""Settings of a reconciler worker, read once by `kto reconciler` and passed down."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import socket
+import uuid
+
+from shared.core.settings import OperatorSettings
+
+
+def default_instance(service: str) -> str:
+    """A process instance id: host, pid and a short random part."""
+    return f"{service}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcilerSettings:
+    kubeconfig: pathlib.Path | None
+    """Kubeconfig whose contexts are the clusters: a job key's cluster is a context name.
+    None: in-cluster config, serving the one cluster named by ``in_cluster_name``."""
+
+    in_cluster_name: str = "in-cluster"
+    """Cluster name of job keys served through the in-cluster config."""
+
+    operator: OperatorSettings = OperatorSettings()
+    """Flags that shape the children (gang scheduler, init container images, …)."""
+
+    concurrency: int = 32
+    """Job keys reconciled at the same time by this worker."""
+
+    group_id: str = "kto-reconciler"
+    """Kafka consumer group shared by all reconciler workers."""
+
+    delete_grace: float = 300.0
+    """Seconds a child this worker deleted counts as going away before it is deleted again."""
+
+    instance: str = dataclasses.field(default_factory=lambda: default_instance("reconciler"))
+    """This worker's instance id (stamped on its records)."""

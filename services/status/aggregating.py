@@ -1,0 +1,190 @@
+"""The status worker: records of a job key in, status writes and Events out.
+
+In: records from ``kto.jobs`` in log order per job key: observations of the
+job and its pods, and the reconciler's failure verdicts. Out: the job's
+``/status`` written only when it changed (optimistic concurrency, re-read and
+recompute on 409), Kubernetes Events for transitions, and a ``status_written``
+Decision record. The status itself is ``shared.core.statuses.compute`` (pure).
+This worker is the only writer of job status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from shared.api import common, jobs
+from shared.bus import producing, records
+from shared.core import conditions, defaulting, statuses, validating, views
+from shared.kube import clients, connecting, hydrating, resources
+from services.status.settings import StatusSettings
+
+log = logging.getLogger(__name__)
+
+VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _uid(obj: dict[str, Any] | None) -> str | None:
+    value = ((obj or {}).get("metadata") or {}).get("uid")
+    return str(value) if value is not None else None
+
+
+class StatusAggregator:
+    """Holds every key's view; ``handle`` is the KeyedConsumer handler."""
+
+    def __init__(
+        self, settings: StatusSettings, clusters: connecting.ClusterClients, publisher: producing.Publisher,
+    ) -> None:
+        self._settings = settings
+        self._clusters = clusters
+        self._publisher = publisher
+        self._views: dict[str, views.JobView] = {}
+
+    async def handle(self, record: records.Record, parent: otel_context.Context) -> None:
+        key = records.JobKey.parse(record.key)
+        if key.kind not in jobs.KINDS:
+            return
+        view = self._views.setdefault(record.key, views.JobView())
+        if isinstance(record, records.Decision):
+            if record.action not in VERDICT_ACTIONS:
+                return
+            view.set_verdict(record.detail.get("uid"), record.reason, record.message)
+        elif record.object_kind in jobs.KINDS:
+            view.observe_job(record.object, record.event == "DELETED")
+        elif record.object_kind == "Pod":
+            view.observe_child(record.object, record.event == "DELETED")
+        else:
+            return
+        client = await self._clusters.get(key.cluster)
+        if not view.hydrated:
+            job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
+            if job is not None:
+                view.observe_job(job, deleted=False)
+                for pod in pods:
+                    view.observe_child(pod, deleted=False)
+            view.hydrated = True
+        if view.job is None:
+            self._views.pop(record.key, None)
+            return
+        await self._write(client, key, view)
+
+    def _compute(self, view: views.JobView) -> tuple[jobs.Job, statuses.Outcome] | None:
+        assert view.job is not None
+        now = _now()
+        verdict = view.current_verdict()
+        try:
+            job = jobs.load(view.job)
+        except jobs.LoadError:
+            # The reconciler publishes the validation verdict that names the fields.
+            return None
+        if verdict is None:
+            report = validating.validate(job)
+            if not report.ok:
+                verdict = (
+                    f"{job.KIND}FailedValidation",
+                    f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
+                )
+        if verdict is not None and verdict[0].endswith("FailedValidation"):
+            return job, statuses.compute(job, [], now, statuses.Verdict(*verdict))
+        pods = [p for p in view.children.values() if p.get("kind", "Pod") == "Pod"]
+        defaulted = defaulting.set_defaults(job)
+        owned = [p for p in pods if _controller_uid(p) in (job.metadata.uid, None) or not job.metadata.uid]
+        return job, statuses.compute(
+            defaulted, owned, now, statuses.Verdict(*verdict) if verdict is not None else None,
+        )
+
+    async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
+        for _ in range(self._settings.conflict_attempts):
+            computed = self._compute(view)
+            if computed is None:
+                return
+            job, outcome = computed
+            if not statuses.differs(job.status, outcome.status):
+                return
+            body = dict(view.job or {})
+            body["status"] = outcome.status.dump()
+            try:
+                written = await client.request(
+                    "PUT", resources.JOB_TYPES[key.kind].path(key.namespace, key.name, "status"), body=body,
+                )
+            except clients.ApiError as exc:
+                if exc.not_found:
+                    return
+                if not exc.conflict:
+                    raise
+                fresh, _ = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
+                if fresh is None:
+                    return
+                view.observe_job(fresh, deleted=False)
+                continue
+            written.setdefault("apiVersion", jobs.API_VERSION)
+            written.setdefault("kind", key.kind)
+            view.observe_job(written, deleted=False)
+            await self._announce(client, key, job, outcome, written)
+            return
+        raise clients.ApiError(409, "Conflict", f"status of {key}: still conflicting after retries")
+
+    async def _announce(
+        self, client: clients.KubeClient, key: records.JobKey, job: jobs.Job, outcome: statuses.Outcome,
+        written: dict[str, Any],
+    ) -> None:
+        latest = (outcome.status.conditions or [common.JobCondition(type="", status="Unknown")])[-1]
+        await self._publisher.publish(
+            records.Decision(
+                key=str(key), action="status_written", reason=latest.reason or "", message=latest.message or "",
+                resource_version=str((written.get("metadata") or {}).get("resourceVersion", "")),
+                detail={
+                    "conditions": [[c.type, c.status] for c in outcome.status.conditions or []],
+                    "replicaStatuses": {
+                        rt: rs.dump() for rt, rs in (outcome.status.replica_statuses or {}).items()
+                    },
+                    "finished": conditions.is_finished(outcome.status),
+                },
+                source="status", instance=self._settings.instance,
+            )
+        )
+        if not self._settings.record_events:
+            return
+        for event in outcome.events:
+            await self._record_event(client, job, event)
+
+    async def _record_event(self, client: clients.KubeClient, job: jobs.Job, event: statuses.Event) -> None:
+        now = common.format_time(_now())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{job.name}.", "namespace": job.namespace},
+            "involvedObject": {
+                "apiVersion": jobs.API_VERSION, "kind": job.KIND, "name": job.name,
+                "namespace": job.namespace, "uid": job.metadata.uid or "",
+                "resourceVersion": job.metadata.resource_version or "",
+            },
+            "reason": event.reason,
+            "message": event.message,
+            "type": event.type,
+            "source": {"component": job.CONTROLLER_NAME},
+            "reportingComponent": job.CONTROLLER_NAME,
+            "reportingInstance": self._settings.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await client.create(resources.EVENTS, job.namespace, body)
+        except clients.ApiError as exc:
+            # Events are best effort, as in client-go's recorder: a lost Event never blocks status.
+            log.warning("event %s for %s/%s not recorded: %s", event.reason, job.namespace, job.name, exc)
+
+
+def _controller_uid(pod: dict[str, Any]) -> str | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None

@@ -1,0 +1,38 @@
+"""Settings of a status worker, read once by `kto status-service` and passed down."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import socket
+import uuid
+
+
+def _instance() -> str:
+    return f"status-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusSettings:
+    kubeconfig: pathlib.Path | None
+    """Kubeconfig whose contexts are the clusters (a job key's cluster = context name);
+    None: in-cluster config for the cluster named ``in_cluster_name``."""
+
+    in_cluster_name: str = "in-cluster"
+    """Cluster name of job keys served through the in-cluster config."""
+
+    concurrency: int = 32
+    """Job keys handled at the same time by this worker."""
+
+    group_id: str = "kto-status"
+    """Kafka consumer group shared by all status workers."""
+
+    conflict_attempts: int = 5
+    """Status writes tried on 409 Conflict (each after re-reading the job) before giving up."""
+
+    record_events: bool = True
+    """Record Kubernetes Events for condition transitions."""
+
+    instance: str = dataclasses.field(default_factory=_instance)
+    """This worker's instance id (stamped on its records)."""

@@ -1,0 +1,263 @@
+"""What the reconciler must do for one job now (spec §6.2–§6.12, §8).
+
+In: the job as stored (un-defaulted), every child object observed for it, the
+failure verdict already reached for it (if any), ``now`` and the operator
+settings. Out: a ``Decision``: children to create, update and delete, pods to
+delete for a restart, a failure verdict, whether to delete the job (TTL), and
+when to look again. Pure and level-triggered: the same inputs always give the
+same decision, so a repeated record or a restart changes nothing.
+
+Where kto differs from upstream (docs/reconciling.md): activeDeadlineSeconds
+and TTL are re-checked on a real timer (``requeue_after``) instead of only when
+something else happens; a job that fails validation is marked Failed
+(reason ``<Kind>FailedValidation``) instead of being retried forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from shared.api import common, jobs
+from shared.core import conditions, defaulting, naming, planning, statuses, validating
+from shared.core.settings import OperatorSettings
+
+Manifest = common.Manifest
+
+UPDATABLE_KINDS = frozenset({"ConfigMap", "Role", "PodGroup", "HorizontalPodAutoscaler"})
+"""Children whose content follows the job (MPI hostfile, Role rules, PodGroup and HPA spec)."""
+
+REPLICA_CHILD_KINDS = frozenset({"Pod", "Service"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None
+    reason: str
+    """Why: ``scale-down``, ``restart``, ``clean-pod-policy``, ``suspend``, ``failed``, ``finished``."""
+
+    @classmethod
+    def of(cls, manifest: Manifest, reason: str) -> ChildRef:
+        meta = manifest.get("metadata") or {}
+        return cls(
+            str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")), str(meta.get("namespace", "")),
+            str(meta.get("name", "")), meta.get("uid"), reason,
+        )
+
+
+@dataclasses.dataclass
+class Decision:
+    creates: list[Manifest] = dataclasses.field(default_factory=list)
+    updates: list[Manifest] = dataclasses.field(default_factory=list)
+    deletes: list[ChildRef] = dataclasses.field(default_factory=list)
+    verdict: statuses.Verdict | None = None
+    delete_job: bool = False
+    requeue_after: float | None = None
+    """Seconds until the decision may change by time alone (deadline, TTL)."""
+    warnings: list[statuses.Event] = dataclasses.field(default_factory=list)
+    plan_error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.creates or self.updates or self.deletes or self.verdict or self.delete_job)
+
+
+def owned_children(job: jobs.Job, children: Sequence[Manifest]) -> list[Manifest]:
+    """Children whose controller ownerReference is this job (by uid; by name when the job has no uid)."""
+    owned = []
+    for child in children:
+        for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
+            if not ref.get("controller") or ref.get("kind") != job.KIND:
+                continue
+            if (job.metadata.uid and ref.get("uid") == job.metadata.uid) or (
+                not job.metadata.uid and ref.get("name") == job.name
+            ):
+                owned.append(child)
+                break
+    return owned
+
+
+def _of_kind(children: Sequence[Manifest], kind: str) -> list[Manifest]:
+    return [c for c in children if c.get("kind") == kind]
+
+
+def _name(manifest: Manifest) -> str:
+    return str((manifest.get("metadata") or {}).get("name", ""))
+
+
+def _delete_pods_and_services(
+    pods: Sequence[Manifest], services: Sequence[Manifest], reason: str, only_phases: tuple[str, ...] | None = None
+) -> list[ChildRef]:
+    """§6.6: each chosen pod and the Service of the same name; objects already terminating are skipped."""
+    by_name = {_name(s): s for s in services}
+    refs: list[ChildRef] = []
+    for pod in pods:
+        if statuses.is_deleting(pod):
+            continue
+        if only_phases is not None and statuses.phase(pod) not in only_phases:
+            continue
+        refs.append(ChildRef.of(pod, reason))
+        service = by_name.get(_name(pod))
+        if service is not None and not statuses.is_deleting(service):
+            refs.append(ChildRef.of(service, reason))
+    return refs
+
+
+def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reason: str) -> list[ChildRef]:
+    return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not statuses.is_deleting(c)]
+
+
+def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
+    """§6.7, both rules (rule (a) with upstream's always-zero requeue count)."""
+    limit = job.run_policy.backoff_limit
+    if limit is None:
+        return False
+    specs = job.specs()
+    total = sum(1 if s.replicas is None else s.replicas for s in specs.values())
+    stored = job.status or common.JobStatus()
+    previously_failed = sum(r.failed or 0 for r in (stored.replica_statuses or {}).values())
+    active = sum(1 for p in pods if statuses.phase(p) not in ("Succeeded", "Failed") and not statuses.is_deleting(p))
+    failed = sum(1 for p in pods if statuses.phase(p) == "Failed")
+    if failed > previously_failed and active != total and 1 > limit:
+        return True
+    restarts = 0
+    for rt, spec in specs.items():
+        if spec.restart_policy not in ("OnFailure", "Always", "ExitCode"):
+            continue
+        for pod in statuses.replica_pods(job, pods, rt).values():
+            if statuses.phase(pod) != "Running":
+                continue
+            status = pod.get("status") or {}
+            for container in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+                restarts += int(container.get("restartCount") or 0)
+    return restarts > 0 if limit == 0 else restarts >= limit
+
+
+def _seconds_between(later: dt.datetime, earlier: dt.datetime) -> float:
+    return (later - earlier).total_seconds()
+
+
+def decide(
+    job: jobs.Job,
+    children: Sequence[Manifest],
+    now: dt.datetime,
+    settings: OperatorSettings,
+    verdict: statuses.Verdict | None = None,
+) -> Decision:
+    """The reconcile decision for ``job`` given everything observed about it."""
+    decision = Decision()
+    if job.metadata.deletion_timestamp is not None or statuses.is_managed_externally(job):
+        return decision
+    if verdict is None:
+        report = validating.validate(job)
+        if not report.ok:
+            decision.verdict = statuses.Verdict(
+                f"{job.KIND}FailedValidation",
+                f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
+            )
+            return decision
+    job = defaulting.set_defaults(job)
+    owned = owned_children(job, children)
+    pods, services = _of_kind(owned, "Pod"), _of_kind(owned, "Service")
+    podgroups = frozenset({"PodGroup"})
+    status = job.status
+
+    if conditions.is_finished(status) or verdict is not None:
+        assert status is not None or verdict is not None
+        if conditions.is_finished(status):
+            policy = job.run_policy.clean_pod_policy or "None"
+            if policy == "All":
+                decision.deletes += _delete_pods_and_services(pods, services, "clean-pod-policy")
+            elif policy == "Running":
+                decision.deletes += _delete_pods_and_services(
+                    pods, services, "clean-pod-policy", only_phases=("Running", "Pending")
+                )
+        else:
+            decision.deletes += _delete_pods_and_services(pods, services, "failed")
+        decision.deletes += _children_to_drop(owned, podgroups, "finished")
+        ttl = job.run_policy.ttl_seconds_after_finished
+        if ttl is not None and status is not None and status.completion_time is not None:
+            remaining = ttl - _seconds_between(now, status.completion_time)
+            if remaining <= 0:
+                decision.delete_job = True
+            else:
+                decision.requeue_after = remaining
+        return decision
+
+    if job.run_policy.suspend:
+        decision.deletes += _delete_pods_and_services(pods, services, "suspend")
+        decision.deletes += _children_to_drop(owned, podgroups | {"HorizontalPodAutoscaler"}, "suspend")
+        return decision
+
+    if past_backoff_limit(job, pods):
+        decision.verdict = statuses.Verdict(
+            f"{job.KIND}Failed", f"Job {job.name} has failed because it has reached the specified backoff limit"
+        )
+    deadline = job.run_policy.active_deadline_seconds
+    if decision.verdict is None and deadline is not None and status is not None and status.start_time is not None:
+        remaining = deadline - _seconds_between(now, status.start_time)
+        if remaining <= 0:
+            decision.verdict = statuses.Verdict(
+                f"{job.KIND}Failed", f"Job {job.name} has failed because it was active longer than specified deadline"
+            )
+        else:
+            decision.requeue_after = remaining
+    if decision.verdict is not None:
+        decision.requeue_after = None
+        decision.deletes += _delete_pods_and_services(pods, services, "failed")
+        decision.deletes += _children_to_drop(owned, podgroups, "failed")
+        return decision
+
+    try:
+        desired = planning.plan(job, settings, owned)
+    except planning.PlanError as exc:
+        decision.plan_error = str(exc)
+        return decision
+    observed = {(c.get("kind"), _name(c)): c for c in owned}
+    desired_keys = set()
+    for manifest in desired:
+        key = (manifest.get("kind"), _name(manifest))
+        desired_keys.add(key)
+        current = observed.get(key)
+        if current is None:
+            decision.creates.append(manifest)
+        elif manifest.get("kind") in UPDATABLE_KINDS and _content_differs(manifest, current):
+            decision.updates.append(_updated(current, manifest))
+    for child in owned:
+        key = (child.get("kind"), _name(child))
+        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not statuses.is_deleting(child):
+            decision.deletes.append(ChildRef.of(child, "scale-down"))
+    for rt in job.specs():
+        for pod in statuses.replica_pods(job, pods, rt).values():
+            if statuses.restart_action(job, rt, pod) == "restart" and not statuses.is_deleting(pod):
+                decision.deletes.append(ChildRef.of(pod, "restart"))
+    if any(m.get("kind") == "Pod" for m in decision.creates):
+        decision.warnings = [statuses.Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]
+    return decision
+
+
+_CONTENT_FIELDS = ("data", "rules", "spec")
+
+
+def _content_differs(desired: Manifest, current: Manifest) -> bool:
+    return any(field in desired and desired[field] != current.get(field) for field in _CONTENT_FIELDS)
+
+
+def _updated(current: Manifest, desired: Manifest) -> Manifest:
+    """The current object with the desired content; resourceVersion kept for optimistic concurrency."""
+    updated: dict[str, Any] = dict(current)
+    for field in _CONTENT_FIELDS:
+        if field in desired:
+            updated[field] = desired[field]
+    return updated
+
+
+def job_selector(job: jobs.Job) -> str:
+    """The label selector listing a job's children (§4.3)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(naming.job_selector(job).items()))

@@ -1,0 +1,90 @@
+"""A worker's view of one job: the job object and its children as last observed.
+
+In: observations (object + event) in log order, hydration results, and the
+worker's own writes. Out: the latest job manifest and children. An object
+older (by resourceVersion) than what the view already holds is ignored, so a
+late record never rolls the view back. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+Manifest = dict[str, Any]
+ChildKey = tuple[str, str]
+"""(kind, name) of a child object."""
+
+
+def _version(obj: Manifest) -> int | None:
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(str(raw))
+    except (TypeError, ValueError):
+        return None
+
+
+def newer_or_same(incoming: Manifest, current: Manifest | None) -> bool:
+    """Whether ``incoming`` is not older than ``current`` (numeric resourceVersions compared)."""
+    if current is None:
+        return True
+    new, old = _version(incoming), _version(current)
+    if new is None or old is None:
+        return True
+    return new >= old
+
+
+def child_key(obj: Manifest) -> ChildKey:
+    return (str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", "")))
+
+
+@dataclasses.dataclass
+class JobView:
+    """What one worker knows about one job key."""
+
+    job: Manifest | None = None
+    children: dict[ChildKey, Manifest] = dataclasses.field(default_factory=dict)
+    hydrated: bool = False
+    gone: bool = False
+    """The job was deleted: nothing more to do for this key until it is created again."""
+    verdict: tuple[str, str] | None = None
+    """(reason, message) of a failure decided for the job's current uid."""
+    verdict_uid: str | None = None
+
+    def observe_job(self, obj: Manifest, deleted: bool) -> None:
+        uid = (obj.get("metadata") or {}).get("uid")
+        if deleted:
+            if self.job is None or (self.job.get("metadata") or {}).get("uid") == uid:
+                self.job, self.gone = None, True
+                self.children.clear()
+            return
+        current_uid = ((self.job or {}).get("metadata") or {}).get("uid")
+        if self.job is not None and current_uid != uid:
+            # A new job with the same name: what was known of the old one is void.
+            self.children.clear()
+            self.verdict = None
+            self.job, self.gone = obj, False
+        elif newer_or_same(obj, self.job):
+            self.job, self.gone = obj, False
+
+    def observe_child(self, obj: Manifest, deleted: bool) -> None:
+        key = child_key(obj)
+        current = self.children.get(key)
+        if deleted:
+            if current is None or (current.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid"):
+                self.children.pop(key, None)
+            return
+        if current is not None and (current.get("metadata") or {}).get("uid") != (obj.get("metadata") or {}).get("uid"):
+            # A re-created child with the same name: the newer object wins.
+            self.children[key] = obj
+        elif newer_or_same(obj, current):
+            self.children[key] = obj
+
+    def set_verdict(self, uid: str | None, reason: str, message: str) -> None:
+        self.verdict, self.verdict_uid = (reason, message), uid
+
+    def current_verdict(self) -> tuple[str, str] | None:
+        uid = ((self.job or {}).get("metadata") or {}).get("uid")
+        if self.verdict is not None and (self.verdict_uid is None or self.verdict_uid == uid):
+            return self.verdict
+        return None

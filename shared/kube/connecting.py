@@ -1,0 +1,52 @@
+"""One KubeClient per cluster, opened on first use.
+
+In: a cluster name (the first part of a job key). Out: a client for it: the
+kubeconfig context of that name, or the in-cluster config for the one cluster
+served that way. ``close()`` closes them all and is safe twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+
+from shared.kube import clients
+
+
+class UnknownCluster(Exception):
+    """A job key names a cluster this worker has no credentials for (not retriable)."""
+
+
+class ClusterClients:
+    def __init__(self, kubeconfig: pathlib.Path | None, in_cluster_name: str = "in-cluster") -> None:
+        self._kubeconfig = kubeconfig
+        self._in_cluster_name = in_cluster_name
+        self._clients: dict[str, clients.KubeClient] = {}
+        self._lock = asyncio.Lock()
+
+    async def get(self, cluster: str) -> clients.KubeClient:
+        client = self._clients.get(cluster)
+        if client is not None:
+            return client
+        async with self._lock:
+            client = self._clients.get(cluster)
+            if client is None:
+                client = await self._connect(cluster)
+                self._clients[cluster] = client
+            return client
+
+    async def _connect(self, cluster: str) -> clients.KubeClient:
+        if self._kubeconfig is None:
+            if cluster != self._in_cluster_name or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                raise UnknownCluster(f"no kubeconfig, and cluster {cluster!r} is not the in-cluster one")
+            return await clients.KubeClient.connect()
+        try:
+            return await clients.KubeClient.connect(self._kubeconfig, context=cluster)
+        except Exception as exc:  # kubernetes-asyncio raises ConfigException for an unknown context
+            raise UnknownCluster(f"cluster {cluster!r}: no usable context in {self._kubeconfig}: {exc}") from exc
+
+    async def close(self) -> None:
+        for client in list(self._clients.values()):
+            await client.close()
+        self._clients.clear()

@@ -1,0 +1,62 @@
+"""Hydration: what a worker fetches for a job key it has not seen (after a rebalance or restart).
+
+In: a client and a job's kind, namespace and name. Out: the job (None when it
+does not exist) and its children: one GET of the job and one label-selected
+LIST per child type the kind can have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.api import jobs
+from shared.kube import clients, resources
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+
+MPI_APP_TYPES = (resources.CONFIGMAPS, resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS)
+"""MPIJob children that upstream labels only with ``app: <job>``."""
+
+
+def child_types(kind: str, pods_only: bool = False) -> list[tuple[resources.ResourceType, str]]:
+    """(resource type, label key) pairs to list for a job of ``kind``."""
+    if pods_only:
+        return [(resources.PODS, JOB_NAME_LABEL)]
+    types = [(resources.PODS, JOB_NAME_LABEL)]
+    if kind == "MPIJob":
+        types += [(rt, "app") for rt in MPI_APP_TYPES]
+    else:
+        types.append((resources.SERVICES, JOB_NAME_LABEL))
+    if kind == "PyTorchJob":
+        types.append((resources.HPAS, ""))
+    return types
+
+
+async def hydrate(
+    client: clients.KubeClient, kind: str, namespace: str, name: str, pods_only: bool = False,
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The job and its children, read fresh from the API server."""
+    job_type = resources.JOB_TYPES[kind]
+    try:
+        job = await client.get(job_type, namespace, name)
+    except clients.ApiError as exc:
+        if exc.not_found:
+            return None, []
+        raise
+    job.setdefault("apiVersion", jobs.API_VERSION)
+    job.setdefault("kind", kind)
+    children: list[dict[str, Any]] = []
+    for rt, label in child_types(kind, pods_only):
+        if label:
+            items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
+        else:
+            try:
+                items = [await client.get(rt, namespace, name)]
+            except clients.ApiError as exc:
+                if exc.not_found:
+                    continue
+                raise
+            items[0].setdefault("apiVersion", rt.api_version)
+            items[0].setdefault("kind", rt.kind)
+        children.extend(items)
+    return job, children
