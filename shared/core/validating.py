@@ -199,46 +199,116 @@ class _Container:
     image: Any
 
 
+_Shape = Literal["string", "integer", "object", "list", "string list", "object list", "string map", "quantity map"]
+
+_SHAPE_TEXT: dict[_Shape, str] = {
+    "string": "must be a string",
+    "integer": "must be an integer",
+    "object": "must be an object",
+    "list": "must be a list",
+    "string list": "must be a list of strings",
+    "object list": "must be a list of objects",
+    "string map": "must be a map of strings",
+    "quantity map": "must be a map of quantities (strings or numbers)",
+}
+
+
+def _has_shape(value: Any, shape: _Shape) -> bool:
+    if shape == "string":
+        return isinstance(value, str)
+    if shape == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if shape == "object":
+        return isinstance(value, dict)
+    if shape == "list":
+        return isinstance(value, list)
+    if shape == "string list":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if shape == "object list":
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+    if shape == "string map":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    return isinstance(value, dict) and all(
+        isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value.values()
+    )
+
+
+def _check_fields(obj: dict[str, Any], shapes: dict[str, _Shape], path: str, report: Report) -> bool:
+    """Check the listed fields of ``obj`` (absent or null is fine); True when all fit."""
+    ok = True
+    for field, shape in shapes.items():
+        value = obj.get(field)
+        if value is not None and not _has_shape(value, shape):
+            report.errors.append(FieldError(f"{path}.{field}", "Invalid", _SHAPE_TEXT[shape]))
+            ok = False
+    return ok
+
+
+_METADATA_SHAPES: dict[str, _Shape] = {"labels": "string map", "annotations": "string map"}
+_POD_SPEC_SHAPES: dict[str, _Shape] = {
+    "initContainers": "object list",
+    "volumes": "object list",
+    "nodeSelector": "string map",
+    "restartPolicy": "string",
+    "schedulerName": "string",
+    "priorityClassName": "string",
+    "serviceAccountName": "string",
+}
+_CONTAINER_SHAPES: dict[str, _Shape] = {
+    "name": "string",
+    "image": "string",
+    "command": "string list",
+    "args": "string list",
+    "env": "object list",
+    "ports": "object list",
+    "resources": "object",
+    "volumeMounts": "object list",
+}
+_ENV_SHAPES: dict[str, _Shape] = {"name": "string", "value": "string"}
+_PORT_SHAPES: dict[str, _Shape] = {"name": "string", "containerPort": "integer"}
+_RESOURCES_SHAPES: dict[str, _Shape] = {"limits": "quantity map", "requests": "quantity map"}
+
+
 def _containers(
     spec: common.ReplicaSpec, containers_path: str, report: Report
 ) -> list[_Container] | None:
     """The containers of a replica's pod template, or None when the shape is wrong.
 
-    Shape errors (as the API server's pod-template schema would report them)
-    are added to ``report``.
+    Shape errors in the parts of the pod template that kto reads or writes
+    (as the API server's pod-template schema would report them) are added
+    to ``report``; the rest of the template is passed through unchecked.
     """
     template_path = containers_path.removesuffix(".spec.containers")
+    shape_ok = _check_fields(spec.template, {"metadata": "object", "spec": "object"}, template_path, report)
+    metadata = spec.template.get("metadata")
+    if isinstance(metadata, dict):
+        shape_ok &= _check_fields(metadata, _METADATA_SHAPES, f"{template_path}.metadata", report)
     pod_spec = spec.template.get("spec")
-    if pod_spec is None:
-        return []
     if not isinstance(pod_spec, dict):
-        report.errors.append(FieldError(f"{template_path}.spec", "Invalid", "must be an object"))
-        return None
+        return [] if pod_spec is None and shape_ok else None
+    shape_ok &= _check_fields(pod_spec, _POD_SPEC_SHAPES, f"{template_path}.spec", report)
     raw = pod_spec.get("containers")
     if raw is None:
-        return []
+        return [] if shape_ok else None
     if not isinstance(raw, list):
         report.errors.append(FieldError(containers_path, "Invalid", "must be a list"))
         return None
     result: list[_Container] = []
-    shape_ok = True
     for index, container in enumerate(raw):
         path = f"{containers_path}[{index}]"
         if not isinstance(container, dict):
             report.errors.append(FieldError(path, "Invalid", "must be an object"))
             shape_ok = False
             continue
-        for field in ("name", "image"):
-            value = container.get(field)
-            if value is not None and not isinstance(value, str):
-                report.errors.append(FieldError(f"{path}.{field}", "Invalid", "must be a string"))
-                shape_ok = False
-        ports = container.get("ports")
-        if ports is not None and (
-            not isinstance(ports, list) or not all(isinstance(p, dict) for p in ports)
-        ):
-            report.errors.append(FieldError(f"{path}.ports", "Invalid", "must be a list of objects"))
+        if not _check_fields(container, _CONTAINER_SHAPES, path, report):
             shape_ok = False
+            continue
+        for field, shapes in (("env", _ENV_SHAPES), ("ports", _PORT_SHAPES)):
+            for item_index, item in enumerate(container.get(field) or []):
+                shape_ok &= _check_fields(item, shapes, f"{path}.{field}[{item_index}]", report)
+        resources = container.get("resources")
+        if isinstance(resources, dict):
+            shape_ok &= _check_fields(resources, _RESOURCES_SHAPES, f"{path}.resources", report)
         result.append(_Container(index, container.get("name") or "", container.get("image") or ""))
     return result if shape_ok else None
 

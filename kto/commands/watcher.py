@@ -1,0 +1,90 @@
+"""``kto watcher``: the one active watcher of a cluster (run two for a hot standby).
+
+Lists and watches the cluster's training jobs and their pods, Services and
+ConfigMaps and publishes every change to the jobs topic (Kafka from
+``KTO_KAFKA_*``). Replicas elect one leader through a Lease; the others wait.
+Logs one line at start and one per leadership change; stops cleanly on
+SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "watch one cluster's training jobs and publish every change to kto.jobs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", required=True,
+                        help="cluster name: the first part of every job key published")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+    parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    parser.add_argument("--namespace", default=None, help="watch only this namespace (default: all)")
+    parser.add_argument("--resync-interval", type=float, default=30.0,
+                        help="seconds between resyncs of every live job (default: 30)")
+    parser.add_argument("--lease-namespace", default="default",
+                        help="namespace of the leader-election Lease (default: default)")
+    parser.add_argument("--lease-duration", type=float, default=15.0,
+                        help="seconds before a standby takes over from a silent leader (default: 15)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import os
+    import signal
+    import sys
+
+    from kto.cli import UserError
+    from services.watcher import running
+    from services.watcher.settings import WatcherSettings
+    from shared import tracing
+    from shared.bus.settings import KafkaSettings, SettingsError
+
+    if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
+        raise UserError(f"--kubeconfig {args.kubeconfig}: no such file")
+    try:
+        settings = WatcherSettings(
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            namespace=args.namespace,
+            resync_interval=args.resync_interval,
+            lease_namespace=args.lease_namespace,
+            lease_duration=args.lease_duration,
+        )
+        kafka = KafkaSettings.from_env()
+        provider = tracing.configure("kto-watcher", settings.identity)
+    except (ValueError, SettingsError, tracing.TracingConfigError) as exc:
+        raise UserError(str(exc)) from None
+    logging.basicConfig(
+        level=os.environ.get("KTO_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Per-record logs of the bus and the client stay at DEBUG unless asked for.
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(running.run(settings, kafka), name=f"watcher {settings.cluster}")
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+            logging.getLogger("kto.watcher").info("watcher %s stopped", settings.identity)
+        except running.ClusterConfigError as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+    try:
+        asyncio.run(main())
+    finally:
+        provider.shutdown()
+    return 0
