@@ -16,6 +16,11 @@ COMMANDS: dict[str, str] = {
     "plan": "kto.commands.plan",
     "broker": "kto.commands.broker",
     "watcher": "kto.commands.watcher",
+    "reconciler": "kto.commands.reconciler",
+    "status-service": "kto.commands.status_service",
+    "up": "kto.commands.up",
+    "demo": "kto.commands.demo",
+    "bench": "kto.commands.bench",
 }
 """Sub-command name → module implementing it."""
 
