@@ -72,3 +72,31 @@ async def read_history(
         return history
     finally:
         await consumer.stop()
+
+
+async def committed_offsets(
+    settings: KafkaSettings, group_id: str, *, topic: str | None = None
+) -> dict[int, int | None]:
+    """The offsets ``group_id`` has committed on each partition of the jobs topic
+    (or ``topic``); None where it has committed nothing. For lag checks and tests.
+
+    Asked through a consumer that does not join the group (Tansu does not
+    answer the admin client's OffsetFetch).
+    """
+    topic = topic or settings.jobs_topic
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), group_id=group_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        await consumer.topics()
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise BusError(f"topic {topic} does not exist on {settings.bootstrap}")
+        result: dict[int, int | None] = {}
+        for partition in sorted(partitions):
+            offset = await consumer.committed(TopicPartition(topic, partition))
+            result[partition] = offset
+        return result
+    finally:
+        await consumer.stop()

@@ -63,7 +63,7 @@ def transport(
     return tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception(errors.is_retriable),
         wait=tenacity.wait_exponential_jitter(
-            initial=policy.initial_backoff, max=policy.max_backoff, jitter=policy.jitter
+            multiplier=policy.initial_backoff, max=policy.max_backoff, jitter=policy.jitter
         ),
         stop=tenacity.stop_never,
         before_sleep=_before_sleep(on_retry),
@@ -90,7 +90,7 @@ def handling(
     return tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception(should_retry),
         wait=tenacity.wait_exponential_jitter(
-            initial=policy.initial_backoff, max=policy.handler_max_backoff, jitter=policy.jitter
+            multiplier=policy.initial_backoff, max=policy.handler_max_backoff, jitter=policy.jitter
         ),
         stop=tenacity.stop_after_attempt(policy.handler_attempts),
         before_sleep=_before_sleep(on_retry),
