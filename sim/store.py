@@ -793,6 +793,10 @@ class Store:
             return None
         return self._objects[where[0]].get((where[1], where[2]))
 
+    def locate(self, uid: str) -> tuple[str, str, str] | None:
+        """(resource, namespace, name) of the object with ``uid``, or None."""
+        return self._by_uid.get(uid)
+
     def dependents(self, uid: str) -> list[tuple[str, str, str]]:
         """(resource, namespace, name) of every object with an ownerReference to ``uid``."""
         return sorted(self._dependents.get(uid, ()))

@@ -1,0 +1,153 @@
+"""Discovery documents of the local cluster, built from the kinds the store serves.
+
+In: the store's kinds (built-in and registered from CRDs). Out: ``/version``, ``/api``,
+``/api/v1``, ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>`` (legacy discovery,
+which kubectl falls back to when aggregated discovery is not offered) and a minimal
+``/openapi/v3`` that tells kubectl the server validates fields itself, so plain
+``kubectl apply`` needs no client-side schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sim import resources
+
+Obj = dict[str, Any]
+
+VERSION: Obj = {
+    "major": "1",
+    "minor": "37",
+    "emulationMajor": "1",
+    "emulationMinor": "37",
+    "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "36",
+    "gitVersion": "v1.37.0-kto-sim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.25.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_POD_SUBRESOURCES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
+    # name, group, version, kind, verbs
+    ("log", "", "v1", "Pod", ("get",)),
+    ("eviction", "policy", "v1", "Eviction", ("create",)),
+    ("binding", "", "v1", "Binding", ("create",)),
+)
+
+
+def api_versions(address: str) -> Obj:
+    return {"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]}
+
+
+def groups(kinds: list[resources.Resource]) -> dict[str, list[str]]:
+    """Group → served versions (preferred first), core group excluded."""
+    out: dict[str, list[str]] = {}
+    for res in kinds:
+        if not res.group:
+            continue
+        versions = out.setdefault(res.group, [])
+        for v in res.versions:
+            if v not in versions:
+                versions.append(v)
+    return out
+
+
+def _group(name: str, versions: list[str]) -> Obj:
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
+def api_group_list(kinds: list[resources.Resource]) -> Obj:
+    return {"kind": "APIGroupList", "apiVersion": "v1",
+            "groups": [_group(n, vs) for n, vs in sorted(groups(kinds).items())]}
+
+
+def api_group(kinds: list[resources.Resource], name: str) -> Obj | None:
+    versions = groups(kinds).get(name)
+    if not versions:
+        return None
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
+
+
+def resource_list(kinds: list[resources.Resource], group: str, version: str) -> Obj | None:
+    entries: list[Obj] = []
+    for res in sorted(kinds, key=lambda r: r.plural):
+        if res.group != group or version not in res.versions:
+            continue
+        entry: Obj = {
+            "name": res.plural,
+            "singularName": res.singular,
+            "namespaced": res.namespaced,
+            "kind": res.kind,
+            "verbs": list(resources.ALL_VERBS),
+            "storageVersionHash": hashlib.sha256(res.key.encode()).hexdigest()[:11],
+        }
+        if res.short_names:
+            entry["shortNames"] = list(res.short_names)
+        if res.categories:
+            entry["categories"] = list(res.categories)
+        entries.append(entry)
+        if res.status_subresource:
+            entries.append({"name": f"{res.plural}/status", "singularName": "", "namespaced": res.namespaced,
+                            "kind": res.kind, "verbs": list(resources.SUB_VERBS)})
+        if res.scale:
+            entries.append({"name": f"{res.plural}/scale", "singularName": "", "namespaced": res.namespaced,
+                            "group": "autoscaling", "version": "v1", "kind": "Scale",
+                            "verbs": list(resources.SUB_VERBS)})
+        if res.key == "pods":
+            for sub, sub_group, sub_version, kind, verbs in _POD_SUBRESOURCES:
+                item: Obj = {"name": f"pods/{sub}", "singularName": "", "namespaced": True,
+                             "kind": kind, "verbs": list(verbs)}
+                if sub_group:
+                    item.update(group=sub_group, version=sub_version)
+                entries.append(item)
+    if not entries:
+        return None
+    group_version = f"{group}/{version}" if group else version
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_v3_root(kinds: list[resources.Resource]) -> Obj:
+    paths: Obj = {}
+    seen = set()
+    for res in kinds:
+        for version in res.versions:
+            path = _gv_path(res.group, version)
+            if path not in seen:
+                seen.add(path)
+                digest = hashlib.sha256(repr(sorted(r.key for r in kinds)).encode()).hexdigest()[:16].upper()
+                paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
+    return {"paths": paths}
+
+
+def openapi_v3_group_version(kinds: list[resources.Resource], group: str, version: str) -> Obj | None:
+    """PATCH operations carrying the fieldValidation parameter, one per kind of the group version."""
+    paths: Obj = {}
+    for res in kinds:
+        if res.group != group or version not in res.versions:
+            continue
+        prefix = "/" + _gv_path(group, version)
+        ns = "/namespaces/{namespace}" if res.namespaced else ""
+        gvk = {"group": group, "version": version, "kind": res.kind}
+        params = [
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+        ]
+        op = {"operationId": f"patch{res.kind}", "parameters": params,
+              "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk,
+              "responses": {"200": {"description": "OK"}}}
+        paths[f"{prefix}{ns}/{res.plural}/{{name}}"] = {"patch": op}
+    if not paths:
+        return None
+    return {"openapi": "3.0.0", "info": {"title": "Kubernetes (kto sim)", "version": VERSION["gitVersion"]},
+            "paths": paths, "components": {"schemas": {}}}

@@ -1,0 +1,758 @@
+"""The HTTP face of the local cluster: the Kubernetes REST API over the store, plus /admin.
+
+In: HTTP requests from kubectl, kubernetes-asyncio or anything else speaking the API
+(``/api/v1/namespaces/default/pods``, ``/apis/kubeflow.org/v1/...``, ``?watch=true`` …).
+Out: JSON objects, lists, server-side Tables, watch streams and ``metav1.Status`` errors;
+every request logged (verb, resource, subresource, namespace, name, code, time) and
+passed through fault injection first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from sim import discovery, errors, faults, patching, resources, tables
+from sim import store as sim_store
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+REQUEST_LOG_SIZE = 100_000
+"""Entries the request log keeps; older ones are dropped (their index stays taken)."""
+DEFAULT_WATCH_SECONDS = 1800.0
+"""How long a watch without timeoutSeconds lives (kube-apiserver picks 30–60 minutes)."""
+
+_PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+cbor": "apply",
+}
+
+
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_dumps(body), status=status, content_type="application/json")
+
+
+def _status_response(exc: errors.ApiError) -> web.Response:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    return web.Response(body=_dumps(exc.status()), status=exc.code, content_type="application/json",
+                        headers=headers)
+
+
+class Route:
+    """What a request addresses, filled in while routing; also the request-log entry."""
+
+    __slots__ = ("verb", "group", "version", "resource", "namespace", "name", "subresource", "res")
+
+    def __init__(self) -> None:
+        self.verb = ""
+        self.group = ""
+        self.version = ""
+        self.resource: str | None = None
+        self.namespace: str | None = None
+        self.name: str | None = None
+        self.subresource: str | None = None
+        self.res: resources.Resource | None = None
+
+
+class _Accept:
+    __slots__ = ("table", "json_ok")
+
+    def __init__(self, header: str) -> None:
+        self.table = False
+        self.json_ok = not header
+        for part in header.split(","):
+            media, *params = [p.strip() for p in part.split(";")]
+            opts = dict(p.partition("=")[::2] for p in params)
+            if media in ("application/json", "*/*", "application/*", "application/yaml"):
+                if opts.get("as") == "Table" and opts.get("g") == "meta.k8s.io":
+                    self.table = True
+                elif "as" not in opts:
+                    self.json_ok = True
+            elif media == "":
+                self.json_ok = True
+
+
+class Server:
+    """The aiohttp application; ``start()`` binds it, ``stop()`` closes it (safe to call twice)."""
+
+    def __init__(self, store: sim_store.Store, fault_state: faults.Faults, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        self.store = store
+        self.faults = fault_state
+        self.host = host
+        self.port = port
+        self.kubelet: Any = None
+        """The simulated kubelet (logs, evict, fail_node) once the cluster has one."""
+        self.requests: collections.deque[Obj] = collections.deque(maxlen=REQUEST_LOG_SIZE)
+        self.request_count = 0
+        self.open_watches = 0
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> str:
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, backlog=1024)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        return self.url
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    # --- the request log ------------------------------------------------------------------------
+
+    def _log(self, route: Route, code: int, started: float, fault: str | None) -> None:
+        self.requests.append({
+            "index": self.request_count,
+            "time": time.time(),
+            "verb": route.verb,
+            "resource": route.resource,
+            "subresource": route.subresource,
+            "namespace": route.namespace,
+            "name": route.name,
+            "code": code,
+            "duration": round(time.perf_counter() - started, 6),
+            "fault": fault,
+        })
+        self.request_count += 1
+
+    def requests_since(self, index: int) -> list[Obj]:
+        if not self.requests:
+            return []
+        first = self.requests[0]["index"]
+        return list(self.requests)[max(0, index - first):]
+
+    # --- dispatch -----------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        route = Route()
+        fault: str | None = None
+        response: web.StreamResponse
+        try:
+            response, fault = await self._dispatch(request, route)
+        except errors.ApiError as exc:
+            response = _status_response(exc)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("unexpected error serving %s %s", request.method, request.path_qs)
+            response = _status_response(errors.internal(f"{type(exc).__name__}: {exc}"))
+        if route.verb:
+            self._log(route, response.status, started, fault)
+        return response
+
+    async def _dispatch(self, request: web.Request, route: Route) -> tuple[web.StreamResponse, str | None]:
+        parts = [p for p in request.path.split("/") if p]
+        head = parts[0] if parts else ""
+        if head == "api":
+            if len(parts) == 1:
+                return _json(discovery.api_versions(f"{self.host}:{self.port}")), None
+            return await self._api(request, route, "", parts[1], parts[2:])
+        if head == "apis":
+            kinds = self.store.kinds()
+            if len(parts) == 1:
+                return _json(discovery.api_group_list(kinds)), None
+            if len(parts) == 2:
+                body = discovery.api_group(kinds, parts[1])
+                if body is None:
+                    raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+                return _json(body), None
+            return await self._api(request, route, parts[1], parts[2], parts[3:])
+        if head == "admin":
+            return await self._admin(request, parts[1:]), None
+        if head == "version" and len(parts) == 1:
+            return _json(discovery.VERSION), None
+        if head in ("healthz", "livez", "readyz"):
+            return web.Response(text="ok"), None
+        if head == "openapi" and parts[1:2] == ["v3"]:
+            kinds = self.store.kinds()
+            if len(parts) == 2:
+                return _json(discovery.openapi_v3_root(kinds)), None
+            rest = parts[2:]
+            group, version = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (
+                (rest[1], rest[2]) if rest[0] == "apis" and len(rest) == 3 else ("", ""))
+            doc = discovery.openapi_v3_group_version(kinds, group, version) if version else None
+            if doc is not None:
+                return _json(doc), None
+        if not parts:
+            return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v3", "/admin"]}), None
+        raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    async def _api(self, request: web.Request, route: Route, group: str, version: str,
+                   rest: list[str]) -> tuple[web.StreamResponse, str | None]:
+        route.group, route.version = group, version
+        if not rest:
+            body = discovery.resource_list(self.store.kinds(), group, version)
+            if body is None:
+                raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            return _json(body), None
+        watch_path = rest[0] == "watch"
+        if watch_path:
+            rest = rest[1:]
+        namespace = None
+        if rest and rest[0] == "namespaces" and len(rest) >= 3 and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        plural = rest[0]
+        key = f"{plural}.{group}" if group else plural
+        route.resource, route.namespace = key, namespace
+        route.name = rest[1] if len(rest) > 1 else None
+        route.subresource = rest[2] if len(rest) > 2 else None
+        res = self.store.resource(key)
+        if version not in res.versions:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        route.res = res
+        if not res.namespaced and namespace is not None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        query = request.query
+        method = request.method
+        if method == "GET":
+            if route.name is None:
+                route.verb = "watch" if watch_path or query.get("watch") in ("true", "1") else "list"
+            else:
+                route.verb = "watch" if watch_path else "get"
+        else:
+            if watch_path:
+                raise errors.method_not_allowed()
+            route.verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                          "DELETE": "delete" if route.name else "deletecollection"}.get(method, "")
+            if not route.verb:
+                raise errors.method_not_allowed()
+            if method == "POST" and route.name is not None and route.subresource is None:
+                raise errors.method_not_allowed()
+            if method in ("PUT", "PATCH") and route.name is None:
+                raise errors.method_not_allowed()
+
+        fault = await self._inject(route)
+        if fault is not None:
+            return _status_response(fault[1]), fault[0]
+        handler: Callable[[web.Request, Route, resources.Resource], Awaitable[web.StreamResponse]]
+        handler = getattr(self, f"_{route.verb}")
+        if route.verb == "watch":
+            response = await handler(request, route, res)
+            return response, getattr(response, "kto_fault", None)
+        return await handler(request, route, res), None
+
+    async def _inject(self, route: Route) -> tuple[str, errors.ApiError] | None:
+        state = self.faults
+        if not state.applies(route.resource):
+            return None
+        delay = state.latency(route.verb)
+        if delay:
+            await asyncio.sleep(delay)
+        error = state.error(route.verb, route.resource or "", route.name)
+        if error is None:
+            return None
+        kind = {429: "throttle", 409: "conflict"}.get(error.code, "error")
+        return kind, error
+
+    # --- bodies and options -------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        ctype = request.content_type
+        if not raw.strip():
+            raise errors.bad_request("the body of the request is empty")
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
+
+    async def _object_body(self, request: web.Request, route: Route, res: resources.Resource) -> Obj:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the body of the request must be a {res.kind} object, not {type(body).__name__}")
+        compact = json.dumps(body, separators=(",", ":"))[:200]
+        if not body.get("kind"):
+            raise errors.bad_request(f"Object 'Kind' is missing in '{compact}'")
+        if not body.get("apiVersion"):
+            raise errors.bad_request(f"Object 'apiVersion' is missing in '{compact}'")
+        expected = res.api_version(route.version)
+        if route.subresource is None or route.subresource == "status":
+            if body["apiVersion"] != expected and body["apiVersion"] not in {res.api_version(v) for v in res.versions}:
+                raise errors.bad_request(
+                    f"the API version in the data ({body['apiVersion']}) does not match the expected API version ({expected})"
+                )
+            if body["kind"] != res.kind:
+                raise errors.bad_request(
+                    f"the kind in the data ({body['kind']}) does not match the expected kind ({res.kind})"
+                )
+        meta = body.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        return body
+
+    def _check_namespace(self, route: Route, res: resources.Resource, for_write: bool) -> None:
+        if res.namespaced and not route.namespace and (for_write or route.name):
+            raise errors.bad_request("the namespace of the object must be given in the request path")
+
+    def _out(self, obj: Obj, route: Route, res: resources.Resource) -> Obj:
+        """The object as the requested version shows it (only apiVersion differs between versions)."""
+        if len(res.versions) > 1:
+            wanted = res.api_version(route.version)
+            if obj.get("apiVersion") != wanted:
+                return dict(obj, apiVersion=wanted)
+        return obj
+
+    # --- verbs ----------------------------------------------------------------------------------------
+
+    async def _get(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        self._check_namespace(route, res, False)
+        assert route.name is not None
+        sub = route.subresource
+        if sub == "log" and res.key == "pods":
+            return await self._pod_log(request, route)
+        if sub == "scale":
+            return _json(self._scale(res, self.store._get(res.key, route.namespace, route.name)))
+        if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        obj = self.store._get(res.key, route.namespace, route.name)
+        accept = _Accept(request.headers.get("Accept", ""))
+        if accept.table:
+            return _json(tables.table(res, [obj], include=request.query.get("includeObject", "Metadata"),
+                                      resource_version=obj["metadata"].get("resourceVersion")))
+        return _json(self._out(obj, route, res))
+
+    async def _list(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        if route.subresource is not None:
+            raise errors.method_not_allowed()
+        query = request.query
+        limit = _int_param(query, "limit")
+        items, rv, token, remaining = self.store.list_page(
+            res.key, route.namespace, query.get("labelSelector"), query.get("fieldSelector"),
+            limit=limit or None, continue_token=query.get("continue") or None,
+        )
+        accept = _Accept(request.headers.get("Accept", ""))
+        if accept.table:
+            return _json(tables.table(res, items, include=query.get("includeObject", "Metadata"),
+                                      resource_version=rv, continue_token=token, remaining=remaining))
+        meta: Obj = {"resourceVersion": rv}
+        if token:
+            meta["continue"] = token
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
+        if len(res.versions) > 1:
+            items = [self._out(i, route, res) for i in items]
+        return _json({"kind": res.list_kind, "apiVersion": res.api_version(route.version),
+                      "metadata": meta, "items": items})
+
+    async def _create(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        if route.subresource is not None:
+            return await self._create_subresource(request, route, res)
+        self._check_namespace(route, res, True)
+        body = await self._object_body(request, route, res)
+        if request.query.get("dryRun") == "All":
+            probe = dict(body)
+            probe["metadata"] = dict(body.get("metadata") or {})
+            return _json(probe, 201)
+        obj = self.store._create(res.key, body, route.namespace)
+        return _json(self._out(obj, route, res), 201)
+
+    async def _update(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        self._check_namespace(route, res, True)
+        assert route.name is not None
+        sub = route.subresource
+        if sub == "scale":
+            return await self._update_scale(request, route, res, None)
+        if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        body = await self._object_body(request, route, res)
+        meta = body.setdefault("metadata", {})
+        if meta.get("name") and meta["name"] != route.name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({route.name})")
+        meta["name"] = route.name
+        if res.namespaced:
+            if meta.get("namespace") and meta["namespace"] != route.namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = route.namespace
+        obj = self.store._update(res.key, body, sub)
+        return _json(self._out(obj, route, res))
+
+    async def _patch(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        self._check_namespace(route, res, True)
+        assert route.name is not None
+        sub = route.subresource
+        ctype = request.content_type
+        patch_type = _PATCH_TYPES.get(ctype)
+        if patch_type is None:
+            raise errors.unsupported_media_type(
+                f"the body of the request was in an unknown format ({ctype}) - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+            )
+        if patch_type == "apply":
+            raise errors.unsupported_media_type(
+                "server-side apply (application/apply-patch+yaml) is not supported by the kto local cluster: "
+                "use client-side `kubectl apply` (without --server-side) or a merge patch"
+            )
+        if sub == "scale":
+            return await self._update_scale(request, route, res, patch_type)
+        if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        body = await self._body(request)
+        obj = self.store._patch(res.key, route.namespace, route.name, body, patch_type, sub)
+        return _json(self._out(obj, route, res))
+
+    async def _delete_options(self, request: web.Request) -> tuple[str, Obj | None]:
+        query = request.query
+        options: Obj = {}
+        if request.can_read_body:
+            raw = await request.read()
+            if raw.strip():
+                try:
+                    parsed = json.loads(raw)
+                except ValueError as exc:
+                    raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
+                if not isinstance(parsed, dict):
+                    raise errors.bad_request("DeleteOptions must be an object")
+                options = parsed
+        policy = query.get("propagationPolicy") or options.get("propagationPolicy")
+        orphan = query.get("orphanDependents") or options.get("orphanDependents")
+        if not policy:
+            policy = "Orphan" if orphan in (True, "true") else "Background"
+        preconditions = options.get("preconditions")
+        return policy, preconditions if isinstance(preconditions, dict) else None
+
+    async def _delete(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        self._check_namespace(route, res, True)
+        assert route.name is not None
+        if route.subresource is not None:
+            raise errors.method_not_allowed()
+        policy, preconditions = await self._delete_options(request)
+        obj = self.store._delete(res.key, route.namespace, route.name, policy, preconditions)
+        still_there = self.store.peek(res.key, route.namespace, route.name) is not None
+        return _json(self._out(obj, route, res), 202 if still_there else 200)
+
+    async def _deletecollection(self, request: web.Request, route: Route,
+                                res: resources.Resource) -> web.StreamResponse:
+        policy, _ = await self._delete_options(request)
+        items, _, _, _ = self.store.list_page(res.key, route.namespace, request.query.get("labelSelector"),
+                                              request.query.get("fieldSelector"))
+        deleted = []
+        for item in list(items):
+            meta = item["metadata"]
+            try:
+                deleted.append(self.store._delete(res.key, meta.get("namespace"), meta["name"], policy))
+            except errors.ApiError as exc:
+                if exc.code != 404:
+                    raise
+        return _json({"kind": res.list_kind, "apiVersion": res.api_version(route.version),
+                      "metadata": {"resourceVersion": self.store.resource_version}, "items": deleted})
+
+    # --- subresources -------------------------------------------------------------------------------
+
+    async def _create_subresource(self, request: web.Request, route: Route,
+                                  res: resources.Resource) -> web.StreamResponse:
+        assert route.name is not None
+        if res.key != "pods" or route.subresource not in ("eviction", "binding"):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the body of a {route.subresource} must be an object")
+        pod = self.store._get("pods", route.namespace, route.name)
+        if route.subresource == "binding":
+            node = (body.get("target") or {}).get("name")
+            if not node:
+                raise errors.bad_request("a binding needs target.name")
+            if (pod.get("spec") or {}).get("nodeName"):
+                raise errors.conflict("pods/binding", route.name,
+                                      f"pod {route.name} is already assigned to node \"{pod['spec']['nodeName']}\"")
+            self.store._patch("pods", route.namespace, route.name, {"spec": {"nodeName": node}}, "merge", None)
+        else:
+            await self.evict(route.namespace or "", route.name)
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+
+    async def evict(self, namespace: str, name: str) -> None:
+        self.store._get("pods", namespace, name)
+        if self.kubelet is not None:
+            await self.kubelet.evict(namespace, name)
+        else:
+            self.store._delete("pods", namespace, name)
+
+    async def _pod_log(self, request: web.Request, route: Route) -> web.StreamResponse:
+        assert route.name is not None and route.namespace is not None
+        self.store._get("pods", route.namespace, route.name)
+        query = request.query
+        tail = _int_param(query, "tailLines")
+
+        def text() -> str:
+            if self.kubelet is None:
+                return ""
+            return str(self.kubelet.logs(route.namespace, route.name))
+
+        content = text()
+        if tail is not None:
+            lines = content.splitlines(keepends=True)
+            content = "".join(lines[-tail:]) if tail else ""
+        if query.get("follow") not in ("true", "1"):
+            return web.Response(text=content, content_type="text/plain")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        sent = len(text()) if tail is not None else 0
+        if tail is not None:
+            await response.write(content.encode())
+        try:
+            while not self._stopping.is_set():
+                current = text()
+                if len(current) > sent:
+                    await response.write(current[sent:].encode())
+                    sent = len(current)
+                pod = self.store.peek("pods", route.namespace, route.name)
+                if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    current = text()
+                    if len(current) > sent:
+                        await response.write(current[sent:].encode())
+                    break
+                await asyncio.sleep(0.1)
+        except ConnectionResetError:
+            return response
+        await response.write_eof()
+        return response
+
+    def _scale(self, res: resources.Resource, obj: Obj) -> Obj:
+        if not res.scale:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        spec_path = res.scale.get("specReplicasPath", "")
+        status_path = res.scale.get("statusReplicasPath", "")
+        selector_path = res.scale.get("labelSelectorPath", "")
+        spec_values = tables.jsonpath(obj, spec_path)
+        status_values = tables.jsonpath(obj, status_path)
+        status: Obj = {"replicas": int(status_values[0]) if status_values else 0}
+        if selector_path and (sel := tables.jsonpath(obj, selector_path)):
+            status["selector"] = sel[0]
+        meta = obj["metadata"]
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in meta},
+                "spec": {"replicas": int(spec_values[0]) if spec_values else 0}, "status": status}
+
+    async def _update_scale(self, request: web.Request, route: Route, res: resources.Resource,
+                            patch_type: str | None) -> web.StreamResponse:
+        assert route.name is not None
+        obj = self.store._get(res.key, route.namespace, route.name)
+        scale = self._scale(res, obj)
+        body = await self._body(request)
+        if patch_type is None:
+            new_scale = body
+        else:
+            new_scale = patching.apply(scale, body, "merge" if patch_type == "strategic" else patch_type)
+        if not isinstance(new_scale, dict):
+            raise errors.bad_request("a Scale must be an object")
+        rv = (new_scale.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(res.key, route.name)
+        replicas = (new_scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise errors.invalid("Scale", res.key, route.name,
+                                 [errors.field_invalid("spec.replicas", replicas, "must be a non-negative integer")])
+        assert res.scale is not None
+        path = [p for p in res.scale.get("specReplicasPath", "").split(".") if p]
+        patch: Obj = {}
+        node = patch
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = replicas
+        updated = self.store._patch(res.key, route.namespace, route.name, patch, "merge", None)
+        return _json(self._scale(res, updated))
+
+    # --- watch --------------------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        query = request.query
+        rv = query.get("resourceVersion") or None
+        timeout = _int_param(query, "timeoutSeconds")
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        initial = query.get("sendInitialEvents") in ("true", "1")
+        field_selector = query.get("fieldSelector")
+        if route.name is not None:
+            by_name = f"metadata.name={route.name}"
+            field_selector = f"{field_selector},{by_name}" if field_selector else by_name
+        accept = _Accept(request.headers.get("Accept", ""))
+        fault_kind: str | None = None
+        error: errors.ApiError | None = None
+        watch: sim_store.Watch | None = None
+        if rv not in (None, "0") and self.faults.applies(res.key) and self.faults.watch_gone():
+            fault_kind = "gone"
+            error = errors.ApiError(410, "Expired", f"too old resource version: {rv} (injected fault)")
+        else:
+            try:
+                watch = self.store.open_watch(res.key, route.namespace, None if initial else rv,
+                                              query.get("labelSelector"), field_selector, bookmarks, copies=False)
+            except errors.ApiError as exc:
+                if exc.code != 410:
+                    raise
+                error = exc
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        response.kto_fault = fault_kind  # type: ignore[attr-defined]
+        if watch is None:
+            assert error is not None
+            await response.write(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
+            await response.write_eof()
+            return response
+        self.open_watches += 1
+        duration = float(timeout) if timeout else DEFAULT_WATCH_SECONDS
+        drop = self.faults.spec.watch_drop if self.faults.applies(res.key) else None
+        if drop is not None and drop < duration:
+            duration = drop
+            response.kto_fault = "watch_drop"  # type: ignore[attr-defined]
+        deadline = time.monotonic() + duration
+        columns_sent = False
+        if initial:
+            # sendInitialEvents: the queue already holds the ADDED events; a bookmark marks their end.
+            watch.queue.put_nowait(sim_store.WatchEvent("BOOKMARK", {
+                **self.store.bookmark_object(res.key),
+                "metadata": {"resourceVersion": self.store.resource_version,
+                             "annotations": {"k8s.io/initial-events-end": "true"}},
+            }))
+        try:
+            while not self._stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    event = await asyncio.wait_for(watch.__anext__(), left)
+                except (TimeoutError, StopAsyncIteration):
+                    break
+                obj = event.object
+                if event.type == "BOOKMARK" and not bookmarks and not initial:
+                    continue
+                if accept.table and event.type != "BOOKMARK":
+                    obj = tables.table(res, [obj], include=query.get("includeObject", "Metadata"),
+                                       with_columns=not columns_sent)
+                    columns_sent = True
+                elif event.type != "BOOKMARK":
+                    obj = self._out(obj, route, res)
+                chunk = [_dumps({"type": event.type, "object": obj})]
+                while not watch.queue.empty() and len(chunk) < 256:
+                    # Drain what is already queued into one write.
+                    more = watch.queue.get_nowait()
+                    if more is None:
+                        watch.closed = True
+                        break
+                    mobj = more.object
+                    if accept.table and more.type != "BOOKMARK":
+                        mobj = tables.table(res, [mobj], include=query.get("includeObject", "Metadata"),
+                                            with_columns=False)
+                    elif more.type != "BOOKMARK":
+                        mobj = self._out(mobj, route, res)
+                    chunk.append(_dumps({"type": more.type, "object": mobj}))
+                await response.write(b"\n".join(chunk) + b"\n")
+                if drop is not None and duration == drop and time.monotonic() >= deadline:
+                    break
+        except (ConnectionResetError, ConnectionError):
+            return response
+        finally:
+            watch.close()
+            self.open_watches -= 1
+        if drop is not None and duration == drop and time.monotonic() >= deadline:
+            self.faults.counts["watch_drop"] += 1
+        try:
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return response
+
+    # --- admin ---------------------------------------------------------------------------------------
+
+    async def _admin(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        method = request.method
+        if parts == ["faults"]:
+            if method == "GET":
+                return _json(self._fault_view())
+            if method in ("PUT", "POST"):
+                raw = (await request.read()).decode()
+                text = raw
+                if request.content_type == "application/json" and raw.strip():
+                    try:
+                        parsed = json.loads(raw)
+                    except ValueError as exc:
+                        raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
+                    text = parsed.get("spec", "") if isinstance(parsed, dict) else str(parsed)
+                try:
+                    self.faults.set(text)
+                except faults.FaultSpecError as exc:
+                    raise errors.bad_request(f"bad fault spec: {exc}") from None
+                return _json(self._fault_view())
+            raise errors.method_not_allowed()
+        if parts == ["stats"] and method == "GET":
+            return _json(self.stats())
+        if parts == ["requests"] and method == "GET":
+            since = _int_param(request.query, "since") or 0
+            items = self.requests_since(since)
+            return _json({"items": items, "next": self.request_count})
+        if len(parts) == 3 and parts[0] == "nodes" and parts[2] == "fail" and method == "POST":
+            self.store._get("nodes", None, parts[1])
+            if self.kubelet is None:
+                raise errors.ApiError(503, "ServiceUnavailable", "the local cluster runs no kubelet")
+            await self.kubelet.fail_node(parts[1])
+            return _json({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+                          "message": f"node {parts[1]} failed"})
+        if len(parts) == 4 and parts[0] == "pods" and parts[3] == "evict" and method == "POST":
+            await self.evict(parts[1], parts[2])
+            return _json({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+                          "message": f"pod {parts[1]}/{parts[2]} evicted"})
+        raise errors.ApiError(404, "NotFound", f"no admin endpoint {request.method} {request.path}")
+
+    def _fault_view(self) -> Obj:
+        spec = self.faults.spec
+        return {"spec": spec.text, "latency": spec.latency, "error_rate": spec.error_rate,
+                "error_code": spec.error_code, "throttle_rate": spec.throttle_rate, "retry_after": spec.retry_after,
+                "conflict_rate": spec.conflict_rate, "watch_drop": spec.watch_drop, "gone_every": spec.gone_every,
+                "gone_rate": spec.gone_rate, "resources": sorted(spec.resources) if spec.resources else None,
+                "seed": spec.seed}
+
+    def stats(self) -> Obj:
+        return {
+            "faults": self.faults.stats(),
+            "requests": self.request_count,
+            "openWatches": self.open_watches,
+            "resourceVersion": self.store.resource_version,
+            "objects": {r.key: self.store.count(r.key) for r in self.store.kinds() if self.store.count(r.key)},
+        }
+
+
+def _int_param(query: Any, name: str) -> int | None:
+    raw = query.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.bad_request(f"invalid {name} {raw!r}: must be an integer") from None
+    if value < 0:
+        raise errors.bad_request(f"invalid {name} {raw!r}: must not be negative")
+    return value
