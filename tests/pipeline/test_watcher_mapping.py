@@ -1,0 +1,62 @@
+"""A watched object is keyed by the job it is, or belongs to (pure table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.watcher import mapping
+
+
+def _obj(kind: str, name: str, api_version: str = "v1", labels: dict[str, str] | None = None,
+         owners: list[dict[str, Any]] | None = None, namespace: str = "ns1") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = labels
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+def _owner(kind: str, name: str, api_version: str = "kubeflow.org/v1", controller: bool = True) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": "u1", "controller": controller}
+
+
+JOB_LABELS = {"training.kubeflow.org/job-name": "from-label",
+              "training.kubeflow.org/operator-name": "tfjob-controller"}
+
+
+@pytest.mark.parametrize(("obj", "expected"), [
+    pytest.param(_obj("PyTorchJob", "mnist", "kubeflow.org/v1"), "c1/ns1/PyTorchJob/mnist", id="a job is its own key"),
+    pytest.param(_obj("JAXJob", "j", "kubeflow.org/v1"), "c1/ns1/JAXJob/j", id="every job kind is a job"),
+    pytest.param(_obj("PyTorchJob", "mnist", "kubeflow.org/v2"), None, id="another version is not a job"),
+    pytest.param(_obj("Pod", "p", owners=[_owner("MPIJob", "m")]), "c1/ns1/MPIJob/m",
+                 id="a child by its controller owner"),
+    pytest.param(_obj("Pod", "p", labels=JOB_LABELS, owners=[_owner("XGBoostJob", "x")]),
+                 "c1/ns1/XGBoostJob/x", id="the owner wins over labels"),
+    pytest.param(_obj("Pod", "p", labels=JOB_LABELS, owners=[_owner("XGBoostJob", "x", controller=False)]),
+                 "c1/ns1/TFJob/from-label", id="a non-controller owner is ignored"),
+    pytest.param(_obj("Pod", "p", owners=[_owner("ReplicaSet", "rs", "apps/v1")]), None,
+                 id="an owner that is not a job"),
+    pytest.param(_obj("Service", "s", labels=JOB_LABELS), "c1/ns1/TFJob/from-label",
+                 id="a child by job-name and operator-name labels"),
+    pytest.param(_obj("ConfigMap", "c", labels={
+        "training.kubeflow.org/job-name": "pd", "training.kubeflow.org/operator-name": "paddlejob-controller"}),
+        "c1/ns1/PaddleJob/pd", id="operator name maps to the kind"),
+    pytest.param(_obj("Pod", "p", labels={"training.kubeflow.org/job-name": "x"}), None,
+                 id="job-name without operator-name is unrelated"),
+    pytest.param(_obj("Pod", "p", labels={"training.kubeflow.org/job-name": "x",
+                                          "training.kubeflow.org/operator-name": "other-controller"}), None,
+                 id="an unknown operator is unrelated"),
+    pytest.param(_obj("Pod", "p", labels={"app": "web"}), None, id="an unrelated pod"),
+    pytest.param(_obj("Pod", "p", labels=JOB_LABELS, namespace=""), None, id="no namespace, no key"),
+])
+def test_an_object_maps_to_its_job_key(obj: dict[str, Any], expected: str | None) -> None:
+    key = mapping.job_key("c1", obj)
+    assert (str(key) if key is not None else None) == expected
+
+
+def test_every_job_kind_has_a_controller_name() -> None:
+    assert sorted(mapping.KIND_BY_CONTROLLER.values()) == sorted(
+        ["PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob"])
