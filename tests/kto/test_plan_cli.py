@@ -167,3 +167,13 @@ def test_deprecated_nproc_per_node_warns_without_failing() -> None:
         "warning: <stdin>: document 0: spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"
     ]
     assert result.stdout
+
+
+def test_operator_flags_reach_the_planner() -> None:
+    pytorch = ROOT / "examples" / "kubeflow" / "pytorch" / "simple.yaml"
+    kinds = [child["kind"] for child in children_of(pytorch, "--gang-scheduler-name", "volcano")]
+    assert "PodGroup" in kinds
+    assert "PodGroup" not in [child["kind"] for child in children_of(pytorch)]
+    tensorflow = ROOT / "examples" / "kubeflow" / "tensorflow" / "simple.yaml"
+    text = json.dumps(children_of(tensorflow, "--cluster-domain", "cluster.example", output="json"))
+    assert ".svc.cluster.example:2222" in text
