@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from shared.api import jobs
-from shared.core import defaulting, errors, planning, settings
+from shared.core import defaulting, errors, frameworks, planning, settings
 
 OPERATOR = settings.OperatorSettings()
 UID = "6f2e1c1a-0000-4000-8000-000000000001"
@@ -589,3 +589,45 @@ def test_elastic_job_with_metrics_plans_an_hpa_before_its_pods() -> None:
 def test_template_warnings(template_spec: dict[str, Any], expected: list[tuple[str, str]]) -> None:
     job = load("TFJob", "tf", None, {"Worker": replica(2, "tensorflow", **template_spec), "PS": replica(1, "tensorflow", **template_spec)})
     assert planning.template_warnings(job, OPERATOR) == expected
+
+
+# ---------------------------------------------------------------------------
+# Controller-level cases, checked on the plan (21, 30) and the registry
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "specs", "port_name", "env"),
+    [
+        pytest.param(
+            "PyTorchJob", "test-job-master-0",
+            {"Master": replica(1, "pytorch", container={"ports": [{"name": "pytorchjob-port", "containerPort": 8080}]}),
+             "Worker": replica(2, "pytorch", container={"ports": [{"name": "pytorchjob-port", "containerPort": 8080}]})},
+            "pytorchjob-port",
+            {"MASTER_PORT": "8080", "MASTER_ADDR": "test-job-master-0", "PET_NPROC_PER_NODE": "auto"},
+            id="case-21-pytorch-custom-port",
+        ),
+        pytest.param(
+            "PaddleJob", "test-job-master-0",
+            {"Master": replica(1, "paddle", container={"ports": [{"name": "master", "containerPort": 8080}]}),
+             "Worker": replica(2, "paddle", container={"ports": [{"name": "master", "containerPort": 8080}]})},
+            "master",
+            {"PADDLE_MASTER": "$(POD_IP_DUMMY):8080"},
+            id="case-30-paddle-master",
+        ),
+    ],
+)
+def test_master_pod_and_service_with_a_custom_port(
+    kind: str, name: str, specs: dict[str, Any], port_name: str, env: dict[str, str]
+) -> None:
+    children = by_name(planning.plan(load(kind, "test-job", None, specs), OPERATOR))
+    pod, service = children[("Pod", name)], children[("Service", name)]
+    pod_env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
+    assert {key: pod_env[key] for key in env} == env
+    assert service["spec"]["ports"] == [{"name": port_name, "port": 8080}]
+    assert pod["metadata"]["ownerReferences"] == service["metadata"]["ownerReferences"] == [owner(kind, "test-job")]
+
+
+def test_every_kind_has_a_plugin() -> None:
+    assert set(frameworks.REGISTRY) == set(jobs.KINDS)
+    assert all(frameworks.REGISTRY[kind].kind == kind for kind in jobs.KINDS)
