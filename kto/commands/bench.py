@@ -1,0 +1,132 @@
+"""``kto bench``: throughput and latency of the whole pipeline, as one JSON object.
+
+In: flags (jobs, rate, replicas, workers, API latency, partitions). Out, on
+stdout: ONE JSON object (progress goes to stderr). First the raw create
+ceiling is measured on a fresh ``kto sim`` of the same configuration (pods
+POSTed by 16 concurrent clients); then a Stack runs and ``bench.pipeline``
+submits the PyTorchJobs at the set rate and follows them to Succeeded. See
+bench/pipeline.py for how every figure is taken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+HELP = "Benchmark the pipeline: PyTorchJobs at a fixed rate through a local stack; prints one JSON object."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=100, help="jobs to submit (default 100)")
+    parser.add_argument("--rate", type=float, default=20.0, help="jobs per second; 0 = all at once (default 20)")
+    parser.add_argument("--replicas", type=int, default=8, help="pods per job: 1 Master + N-1 Workers (default 8)")
+    parser.add_argument("--pod-duration", default="1s", help="how long the sim runs each pod (default 1s)")
+    parser.add_argument("--clusters", type=int, default=1, help="simulated clusters (default 1)")
+    parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
+    parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
+    parser.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
+                        help="latency of every simulated API request, in ms (default 0)")
+    parser.add_argument("--partitions", type=int, default=16, help="partitions of the jobs topic (default 16)")
+    parser.add_argument("--nodes", type=int, default=8, help="simulated nodes per cluster (default 8)")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds every job has to succeed (default 180)")
+    parser.add_argument("--ceiling-creates", type=int, default=400,
+                        help="pods POSTed to measure the create ceiling (default 400)")
+    parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/bench"),
+                        help="kubeconfig and logs of the benchmark's stack (default .kto/bench)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from bench import pipeline
+    from kto import stack
+    from kto.cli import UserError
+
+    try:
+        bench_settings = pipeline.PipelineSettings(
+            jobs=args.jobs, rate=args.rate, replicas=args.replicas, pod_duration=args.pod_duration,
+            timeout=args.timeout,
+        )
+        stack_settings = stack.StackSettings(
+            state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
+            status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
+            nodes=args.nodes,
+        )
+    except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    try:
+        figures = asyncio.run(_bench(stack_settings, bench_settings, args.ceiling_creates))
+    except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+def _progress(text: str) -> None:
+    import sys
+
+    print(f"kto bench: {text}", file=sys.stderr, flush=True)
+
+
+async def _bench(stack_settings: object, bench_settings: object, ceiling_creates: int) -> dict[str, object]:
+    import time
+
+    from bench import pipeline
+    from kto import stack
+
+    assert isinstance(stack_settings, stack.StackSettings)
+    assert isinstance(bench_settings, pipeline.PipelineSettings)
+    ceiling = await _ceiling(stack_settings, ceiling_creates)
+    _progress(f"create ceiling: {ceiling:.0f} pods/s; starting the stack")
+    began = time.monotonic()
+    async with stack.Stack(stack_settings) as running:
+        _progress(f"stack ready in {time.monotonic() - began:.1f}s; submitting {bench_settings.jobs} jobs "
+                  f"at {bench_settings.rate:g}/s")
+        result = await pipeline.run(pipeline.Target(running.kubeconfig, tuple(running.contexts)), bench_settings)
+        died = running.exits()
+        if died:
+            raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the run (see {e.log})"
+                                             for e in died))
+    figures = result.figures()
+    ceiling_jobs = ceiling / bench_settings.replicas
+    figures["create_ceiling_per_s"] = round(ceiling, 1)
+    figures["create_ceiling_jobs_per_s"] = round(ceiling_jobs, 2)
+    figures["throughput_vs_ceiling"] = round(figures["jobs_per_s"] / ceiling_jobs, 3) if figures["jobs_per_s"] else 0
+    figures["parameters"] = {
+        "jobs": bench_settings.jobs, "rate": bench_settings.rate, "replicas": bench_settings.replicas,
+        "pod_duration": bench_settings.pod_duration, "clusters": stack_settings.clusters,
+        "reconcilers": stack_settings.reconcilers, "status_workers": stack_settings.status_workers,
+        "api_latency_ms": stack_settings.api_latency_ms, "partitions": stack_settings.partitions,
+        "nodes": stack_settings.nodes, "ceiling_creates": ceiling_creates,
+    }
+    return figures
+
+
+async def _ceiling(settings: object, creates: int) -> float:
+    """Pods/s a fresh sim of the same configuration creates for a tight 16-client loop."""
+    import asyncio
+    import os
+
+    from bench import pipeline
+    from kto import stack
+
+    assert isinstance(settings, stack.StackSettings)
+    directory = settings.state_dir.resolve() / "ceiling"
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = ["sim", "--port", "0", "--kubeconfig", str(directory / "kubeconfig"),
+            "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
+    if settings.fault_spec:
+        argv += ["--faults", settings.fault_spec]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stack.REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    sim = stack.Child("sim-ceiling", argv, directory / "sim.log", env)
+    _progress("measuring the raw create ceiling on a fresh sim")
+    try:
+        ready = await sim.start(settings.start_timeout)
+        if len(ready) < 2:
+            raise stack.StackError(f"the sim's ready line is not 'ready <url> <kubeconfig>' (see {sim.log})")
+        return await pipeline.measure_create_ceiling(pathlib.Path(ready[1]), None, creates=creates)
+    finally:
+        await asyncio.shield(sim.stop(settings.stop_timeout))

@@ -1,0 +1,178 @@
+"""``kto up``: run the whole pipeline locally until Ctrl-C or SIGTERM.
+
+In: flags for the shape of the stack (clusters, workers, partitions, the
+simulated clusters). Out: on stdout, ``ready kubeconfig=DIR/kubeconfig
+bootstrap=<addr>`` once everything runs, a kubectl hint, then a table of the
+jobs of every cluster (CLUSTER NAMESPACE KIND NAME STATE AGE), printed again
+each second in which something changed, and a report for any child process
+that dies (nothing is restarted). Children's output goes to ``DIR/logs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import pathlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kto import stack as stack_module
+
+HELP = "Run broker, simulated clusters, watchers, reconcilers and status workers locally."
+
+_EPILOG = """\
+State directory layout: DIR/kubeconfig (contexts kto-1 ... kto-N, current
+kto-1), DIR/logs/<process>.log, DIR/clusters/<context>/kubeconfig (each sim's
+own), DIR/up.lock (held while running). Stop with Ctrl-C or SIGTERM: watchers
+and workers stop first, then the clusters, then the broker.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = _EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--clusters", type=int, default=1, help="simulated clusters (default 1)")
+    parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
+    parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
+    parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto"),
+                        help="kubeconfig, logs and lock live here (default .kto)")
+    parser.add_argument("--partitions", type=int, default=16, help="partitions of the jobs topic (default 16)")
+    parser.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
+                        help="latency every simulated API request gets, in ms (default 0)")
+    parser.add_argument("--nodes", type=int, default=4, help="simulated nodes per cluster (default 4)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+
+
+def _age(seconds: float) -> str:
+    """Age as kubectl prints it: 45s, 3m12s, 2h5m, 3d4h."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s" if s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def format_table(rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell, three spaces apart, as kubectl does."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from kto import stack
+    from kto.cli import UserError
+
+    try:
+        settings = stack.StackSettings(
+            state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
+            status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
+            nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        )
+    except stack.StackError as exc:
+        raise UserError(str(exc)) from None
+    received: list[int] = []
+
+    async def serve() -> int:
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        stop = asyncio.Event()
+        running = False
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            stop.set()
+            if not running and main is not None:
+                main.cancel()  # still starting: unwind; the Stack stops what it started
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            async with stack.Stack(settings) as running_stack:
+                running = True
+                print(f"ready kubeconfig={running_stack.kubeconfig} bootstrap={running_stack.bootstrap}", flush=True)
+                print(f"  kubectl --kubeconfig {running_stack.kubeconfig} apply -f job.yaml", flush=True)
+                print(f"  kubectl --kubeconfig {running_stack.kubeconfig} --context kto-1 get pytorchjobs",
+                      flush=True)
+                print(f"  logs: {running_stack.log_dir}/   stop: Ctrl-C", flush=True)
+                async with asyncio.TaskGroup() as group:
+                    table = group.create_task(_show(running_stack), name="kto-up-table")
+                    await stop.wait()
+                    table.cancel()
+                print("stopping …", flush=True)
+        except stack.StackError as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+        print("stopped", flush=True)
+        return 0
+
+    try:
+        return asyncio.run(serve())
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        print("stopped before it was ready", flush=True)
+        return 128 + received[0]
+
+
+async def _show(running: stack_module.Stack) -> None:
+    """Every second: report dead children; print the jobs table when it changed."""
+    import asyncio
+
+    from shared.kube import clients, resources
+
+    kube: dict[str, clients.KubeClient] = {}
+    last: list[list[str]] | None = None
+    try:
+        for context in running.contexts:
+            kube[context] = await running.client(context)
+        while True:
+            for ended in running.exits():
+                print(f"! {ended.name} exited with code {ended.code} (not restarted); "
+                      f"last lines of {ended.log}:", flush=True)
+                for line in ended.tail:
+                    print(f"    {line}", flush=True)
+            now = datetime.datetime.now(datetime.UTC)
+            rows: list[list[str]] = []
+            created: list[datetime.datetime | None] = []
+            for context, client in kube.items():
+                for kind, rt in resources.JOB_TYPES.items():
+                    try:
+                        items, _ = await client.list(rt)
+                    except clients.ApiError:
+                        continue  # a cluster that cannot answer shows its jobs again when it can
+                    for item in items:
+                        meta = item.get("metadata") or {}
+                        conditions = (item.get("status") or {}).get("conditions") or []
+                        rows.append([context, str(meta.get("namespace", "")), kind, str(meta.get("name", "")),
+                                     str(conditions[-1].get("type", "")) if conditions else ""])
+                        created.append(_timestamp(meta.get("creationTimestamp")))
+            if rows != last:
+                order = sorted(range(len(rows)), key=lambda i: rows[i])
+                table = [["CLUSTER", "NAMESPACE", "KIND", "NAME", "STATE", "AGE"]]
+                for i in order:
+                    stamp = created[i]
+                    table.append([*rows[i], _age((now - stamp).total_seconds()) if stamp else ""])
+                print(f"\n{now:%H:%M:%S}  {len(rows)} job(s)", flush=True)
+                print(format_table(table) if rows else "(no jobs yet)", flush=True)
+                last = rows
+            await asyncio.sleep(1.0)
+    finally:
+        for client in kube.values():
+            await asyncio.shield(client.close())
+
+
+def _timestamp(text: object) -> datetime.datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None

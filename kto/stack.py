@@ -1,0 +1,540 @@
+"""The whole kto pipeline on one machine: broker, local clusters, watchers, workers.
+
+In: :class:`StackSettings` (how many clusters, reconcilers, status workers,
+where the state directory is, the simulated clusters' shape and API latency).
+Out: :class:`Stack`, an async context manager that starts, as processes of
+their own (``python -m kto ...``, each in its own process group, output to
+``<state-dir>/logs/<name>.log``):
+
+1. ``kto broker`` (Tansu, in memory) — the bus;
+2. one ``kto sim`` per cluster — the API servers, merged into ONE kubeconfig
+   ``<state-dir>/kubeconfig`` with contexts ``kto-1`` … ``kto-N``;
+3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
+   Established);
+4. one ``kto watcher`` per cluster, ``reconcilers`` × ``kto reconciler`` and
+   ``status_workers`` × ``kto status-service``.
+
+Leaving the context stops them in reverse order — watchers and workers, then
+the clusters, then the broker — each with SIGTERM to its process group, a
+wait, then SIGKILL; processes that left the group (Tansu runs in a session
+of its own) are tracked by pid and stopped too. ``up.lock`` in the state
+directory keeps a second stack off the same directory. Used by ``kto up``,
+``kto demo``, ``kto bench`` and the pipeline tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import pathlib
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+import yaml
+
+from shared.bus import settings as bus_settings
+from shared.kube import clients, resources
+
+log = logging.getLogger("kto.stack")
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+"""The source tree: ``deploy/crds`` lives here, and children import kto from here."""
+
+CRD_DIR = REPO_ROOT / "deploy" / "crds"
+"""Every file here is applied to every cluster."""
+
+CONTEXT_PREFIX = "kto-"
+"""Cluster i (from 1) is context, cluster and user ``kto-i`` in the merged kubeconfig."""
+
+
+class StackError(Exception):
+    """The stack cannot start (a child failed, timed out, or the state dir is in use)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StackSettings:
+    """The shape of one local kto installation."""
+
+    state_dir: pathlib.Path = pathlib.Path(".kto")
+    """Holds ``kubeconfig``, ``logs/``, ``clusters/`` and ``up.lock``."""
+
+    clusters: int = 1
+    """Number of simulated clusters (contexts ``kto-1`` …), one watcher each."""
+
+    reconcilers: int = 1
+    """Number of ``kto reconciler`` processes (consumer group kto-reconciler)."""
+
+    status_workers: int = 1
+    """Number of ``kto status-service`` processes (consumer group kto-status)."""
+
+    reconciler_concurrency: int | None = None
+    """``--concurrency`` of each reconciler; None keeps its default."""
+
+    partitions: int = 16
+    """Partitions of the jobs topic (the most workers of one group that can work at once)."""
+
+    api_latency_ms: float = 0.0
+    """Latency the simulated API servers add to every request, in milliseconds."""
+
+    faults: str = ""
+    """Further fault spec for every sim (sim/faults.py grammar), joined with the latency."""
+
+    nodes: int = 4
+    """Simulated nodes per cluster."""
+
+    gpus_per_node: int = 8
+    """``nvidia.com/gpu`` capacity of each simulated node."""
+
+    start_timeout: float = 30.0
+    """Seconds a child may take to print its ``ready`` line, and CRDs to become Established."""
+
+    stop_timeout: float = 5.0
+    """Seconds between SIGTERM and SIGKILL when stopping a child."""
+
+    def __post_init__(self) -> None:
+        for name in ("clusters", "reconcilers", "status_workers", "partitions", "nodes"):
+            if getattr(self, name) < 1:
+                raise StackError(f"{name.replace('_', '-')} must be at least 1")
+        if self.gpus_per_node < 0 or self.api_latency_ms < 0:
+            raise StackError("gpus-per-node and api-latency must not be negative")
+        if self.reconciler_concurrency is not None and self.reconciler_concurrency < 1:
+            raise StackError("reconciler concurrency must be at least 1")
+
+    @property
+    def contexts(self) -> list[str]:
+        return [f"{CONTEXT_PREFIX}{i}" for i in range(1, self.clusters + 1)]
+
+    @property
+    def fault_spec(self) -> str:
+        """The ``--faults`` given to every sim: the latency clause plus ``faults``."""
+        clauses = [self.faults.strip()] if self.faults.strip() else []
+        if self.api_latency_ms > 0:
+            clauses.insert(0, f"latency=*:{self.api_latency_ms:g}ms")
+        return ";".join(clauses)
+
+
+@dataclasses.dataclass(frozen=True)
+class Exit:
+    """A child that ended while the stack was running."""
+
+    name: str
+    code: int
+    """Exit status; negative for a signal (as in subprocess)."""
+    log: pathlib.Path
+    tail: list[str]
+    """Its last log lines."""
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel start time of ``pid`` (tells a live process from a reused pid), None if gone."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    # fields[0] is the state (3rd field of stat); starttime is the 22nd field.
+    if fields and fields[0] == "Z":
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, their children …), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def tail(path: pathlib.Path, lines: int = 15) -> list[str]:
+    """The last ``lines`` lines of a log file (empty if it cannot be read)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16384))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+class Child:
+    """One ``python -m kto ...`` process in its own process group, output to its log."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: pathlib.Path, env: dict[str, str],
+        ready_when: str | None = None,
+    ) -> None:
+        self.name = name
+        self.ready_when = ready_when
+        """Besides a ``ready ...`` line, a log line containing this also means ready."""
+        self.argv = list(argv)
+        self.log = log_path
+        self._env = env
+        self.process: asyncio.subprocess.Process | None = None
+        self.ready: list[str] = []
+        """The words after ``ready`` on the child's ready line."""
+        self._known: dict[int, str] = {}
+        """pid → start time of every process seen below this child (to stop strays)."""
+        self.reported = False
+        """Set once an unexpected exit of this child has been reported."""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode if self.process is not None else None
+
+    async def start(self, timeout: float) -> list[str]:
+        """Start the process and wait for its ``ready ...`` line; the words after ``ready``."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as output:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "kto", *self.argv,
+                stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=asyncio.subprocess.STDOUT,
+                env=self._env, cwd=str(REPO_ROOT), start_new_session=True,
+            )
+        log.debug("started %s (pid %s): kto %s", self.name, self.process.pid, " ".join(self.argv))
+        deadline = time.monotonic() + timeout
+        while True:
+            self.remember()
+            for line in tail(self.log, 200):
+                words = line.split()
+                if words[:1] == ["ready"]:
+                    self.ready = words[1:]
+                    return self.ready
+                if self.ready_when is not None and self.ready_when in line:
+                    self.ready = []
+                    return self.ready
+            if self.process.returncode is not None:
+                raise StackError(self._failure(f"exited with code {self.process.returncode} before it was ready"))
+            if time.monotonic() > deadline:
+                raise StackError(self._failure(f"printed no ready line within {timeout:g}s"))
+            await asyncio.sleep(0.02)
+
+    def _failure(self, what: str) -> str:
+        lines = "\n".join(f"    {line}" for line in tail(self.log))
+        return f"{self.name} {what}; last lines of {self.log}:\n{lines}"
+
+    def remember(self) -> None:
+        """Note the processes below this child now, so a stray one can be stopped later."""
+        if self.process is None or self.process.returncode is not None:
+            return
+        for pid in descendants(self.process.pid):
+            started = _start_time(pid)
+            if started is not None:
+                self._known[pid] = started
+
+    def pids(self) -> set[int]:
+        """This child and every process seen below it that is still alive."""
+        alive = {pid for pid, started in self._known.items() if _start_time(pid) == started}
+        if self.process is not None and self.process.returncode is None:
+            alive.add(self.process.pid)
+        return alive
+
+    async def stop(self, timeout: float) -> None:
+        """SIGTERM the process group, wait, SIGKILL it; then the same for strays. Safe twice."""
+        process = self.process
+        if process is None:
+            return
+        self.remember()
+        if process.returncode is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except TimeoutError:
+                log.warning("%s did not stop within %ss; killing it", self.name, timeout)
+                _signal_group(process.pid, signal.SIGKILL)
+                await process.wait()
+        # Anything that outlived its parent (a grandchild in a session of its own,
+        # or a group member that ignored SIGTERM): the same, one by one.
+        strays = self.pids()
+        for pid in strays:
+            _signal_pid(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while strays and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            strays = self.pids()
+        for pid in strays:
+            log.warning("%s left process %s behind; killing it", self.name, pid)
+            _signal_pid(pid, signal.SIGKILL)
+        # A stray is reparented to init (or a subreaper), which reaps it; wait briefly for that.
+        deadline = time.monotonic() + 1.0
+        while self.pids() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _signal_pid(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def _merge_kubeconfigs(sources: dict[str, pathlib.Path]) -> dict[str, Any]:
+    """One kubeconfig whose context, cluster and user ``name`` come from each source's current context."""
+    merged: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [], "users": [], "contexts": [], "current-context": next(iter(sources)),
+    }
+    for name, path in sources.items():
+        try:
+            config = yaml.safe_load(path.read_text())
+            current = config.get("current-context") or config["contexts"][0]["name"]
+            context = next(c["context"] for c in config["contexts"] if c["name"] == current)
+            cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+            users = [u.get("user") or {} for u in config.get("users") or [] if u["name"] == context.get("user")]
+        except (OSError, yaml.YAMLError, KeyError, IndexError, StopIteration, TypeError, AttributeError) as exc:
+            raise StackError(f"cannot read the kubeconfig {path} written by the sim of {name}: {exc!r}") from exc
+        merged["clusters"].append({"name": name, "cluster": cluster})
+        merged["users"].append({"name": name, "user": users[0] if users else {}})
+        new_context = {"cluster": name, "user": name, "namespace": context.get("namespace", "default")}
+        merged["contexts"].append({"name": name, "context": new_context})
+    return merged
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+class Stack:
+    """The running pipeline; ``async with Stack(settings) as stack:``.
+
+    After entering: ``kubeconfig`` (merged, contexts ``contexts``),
+    ``bootstrap`` and ``kafka`` (the bus), ``sim_urls`` (context → API URL),
+    ``children`` (every process), ``client(context)`` for a KubeClient,
+    ``exits()`` for children that died, ``pids()`` for every process started.
+    """
+
+    def __init__(self, settings: StackSettings) -> None:
+        self.settings = settings
+        self.state_dir = settings.state_dir.resolve()
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.log_dir = self.state_dir / "logs"
+        self.contexts = settings.contexts
+        self.bootstrap = ""
+        self.sim_urls: dict[str, str] = {}
+        self.children: list[Child] = []
+        self._tiers: list[list[Child]] = []
+        """Children in start order, grouped; stopped last tier first."""
+        self._lock: IO[str] | None = None
+        self._stopping = False
+
+    @property
+    def kafka(self) -> bus_settings.KafkaSettings:
+        """Settings that reach this stack's broker."""
+        return dataclasses.replace(
+            bus_settings.KafkaSettings(), bootstrap=self.bootstrap, partitions=self.settings.partitions
+        )
+
+    async def __aenter__(self) -> Stack:
+        try:
+            await self.start()
+        except BaseException:
+            await asyncio.shield(self.stop())
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self.stop())
+
+    # --- start -----------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = self.state_dir / "up.lock"
+        handle = path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise StackError(
+                f"{self.state_dir} is in use by a running kto stack (pid {holder}); "
+                f"stop it first or choose another --state-dir"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"  # the ready line must reach the log at once
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        if self.bootstrap:
+            env["KTO_KAFKA_BOOTSTRAP"] = self.bootstrap
+            env["KTO_KAFKA_PARTITIONS"] = str(self.settings.partitions)
+        return env
+
+    def _child(self, name: str, *argv: str, ready_when: str | None = None) -> Child:
+        child = Child(name, argv, self.log_dir / f"{name}.log", self._env(), ready_when)
+        self.children.append(child)
+        return child
+
+    async def _start_tier(self, children: list[Child]) -> None:
+        self._tiers.append(children)
+        async with asyncio.TaskGroup() as group:
+            for child in children:
+                group.create_task(child.start(self.settings.start_timeout), name=f"kto-stack-start-{child.name}")
+
+    async def start(self) -> None:
+        """Start everything, in order; a failure raises StackError (the caller stops what started)."""
+        s = self.settings
+        self._take_lock()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.log_dir.glob("*.log"):
+            old.unlink()
+        broker = self._child("broker", "broker", "--port", "0", "--partitions", str(s.partitions))
+        await self._start_tier_checked([broker])
+        if not broker.ready:
+            raise StackError(f"the broker's ready line names no bootstrap address (see {broker.log})")
+        self.bootstrap = broker.ready[0]
+
+        sims: dict[str, Child] = {}
+        for context in self.contexts:
+            sim_dir = self.state_dir / "clusters" / context
+            sim_dir.mkdir(parents=True, exist_ok=True)
+            argv = ["sim", "--port", "0", "--kubeconfig", str(sim_dir / "kubeconfig"),
+                    "--nodes", str(s.nodes), "--gpus-per-node", str(s.gpus_per_node)]
+            if s.fault_spec:
+                argv += ["--faults", s.fault_spec]
+            sims[context] = self._child(f"sim-{context}", *argv)
+        await self._start_tier_checked(list(sims.values()))
+        sources: dict[str, pathlib.Path] = {}
+        for context, sim in sims.items():
+            if len(sim.ready) < 2:
+                raise StackError(f"{sim.name}'s ready line is not 'ready <url> <kubeconfig>' (see {sim.log})")
+            self.sim_urls[context] = sim.ready[0]
+            sources[context] = pathlib.Path(sim.ready[1])
+        merged = _merge_kubeconfigs(sources)
+        tmp = self.kubeconfig.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(merged, sort_keys=False))
+        tmp.replace(self.kubeconfig)
+
+        async with asyncio.TaskGroup() as group:
+            for context in self.contexts:
+                group.create_task(self._apply_crds(context), name=f"kto-stack-crds-{context}")
+
+        services: list[Child] = []
+        for context in self.contexts:
+            services.append(self._child(
+                f"watcher-{context}", "watcher", "--cluster", context,
+                "--kubeconfig", str(self.kubeconfig), "--context", context,
+                # The watcher prints no ready line; it logs when it holds the cluster's Lease.
+                ready_when="is now the active watcher",
+            ))
+        for i in range(1, s.reconcilers + 1):
+            argv = ["reconciler", "--kubeconfig", str(self.kubeconfig)]
+            if s.reconciler_concurrency is not None:
+                argv += ["--concurrency", str(s.reconciler_concurrency)]
+            services.append(self._child(f"reconciler-{i}", *argv))
+        for i in range(1, s.status_workers + 1):
+            services.append(self._child(f"status-{i}", "status-service", "--kubeconfig", str(self.kubeconfig)))
+        await self._start_tier_checked(services)
+
+    async def _start_tier_checked(self, children: list[Child]) -> None:
+        """Start a tier; the first child's failure becomes one StackError (not an ExceptionGroup)."""
+        try:
+            await self._start_tier(children)
+        except* StackError as group:
+            raise StackError("\n".join(str(e) for e in group.exceptions)) from None
+
+    async def _apply_crds(self, context: str) -> None:
+        files = sorted(p for p in CRD_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+        manifests = [doc for path in files for doc in yaml.safe_load_all(path.read_text()) if doc]
+        deadline = time.monotonic() + self.settings.start_timeout
+        async with await clients.KubeClient.connect(self.kubeconfig, context) as client:
+            for manifest in manifests:
+                rt = resources.for_manifest(manifest)
+                try:
+                    await client.create(rt, None, manifest)
+                except clients.ApiError as exc:
+                    if not exc.already_exists:
+                        raise StackError(f"{context}: cannot create {manifest['metadata']['name']}: {exc}") from exc
+                    current = await client.get(rt, None, manifest["metadata"]["name"])
+                    body = dict(manifest, metadata=dict(
+                        manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"]
+                    ))
+                    await client.replace(rt, None, body)
+            for manifest in manifests:
+                rt = resources.for_manifest(manifest)
+                name = manifest["metadata"]["name"]
+                while not _condition(await client.get(rt, None, name), "Established"):
+                    if time.monotonic() > deadline:
+                        raise StackError(f"{context}: the CRD {name} is not Established after "
+                                         f"{self.settings.start_timeout:g}s")
+                    await asyncio.sleep(0.05)
+
+    # --- running ---------------------------------------------------------
+
+    async def client(self, context: str | None = None) -> clients.KubeClient:
+        """A KubeClient for one cluster (default: the first); close it (``async with``)."""
+        return await clients.KubeClient.connect(self.kubeconfig, context or self.contexts[0])
+
+    def exits(self) -> list[Exit]:
+        """Children that ended since the last call (each reported once); empty while stopping."""
+        if self._stopping:
+            return []
+        ended: list[Exit] = []
+        for child in self.children:
+            child.remember()
+            if child.returncode is not None and not child.reported:
+                child.reported = True
+                ended.append(Exit(child.name, child.returncode, child.log, tail(child.log)))
+        return ended
+
+    def pids(self) -> set[int]:
+        """Every live process this stack started (children and what they started)."""
+        return set().union(*(child.pids() for child in self.children)) if self.children else set()
+
+    # --- stop ------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop the tiers in reverse start order; release the state dir. Safe twice."""
+        self._stopping = True
+        timeout = self.settings.stop_timeout
+        while self._tiers:
+            tier = self._tiers.pop()
+            async with asyncio.TaskGroup() as group:
+                for child in tier:
+                    group.create_task(child.stop(timeout), name=f"kto-stack-stop-{child.name}")
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            with contextlib.suppress(OSError):
+                lock.seek(0)
+                lock.truncate()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
