@@ -94,7 +94,7 @@ class EmbeddedBroker:
         *,
         settings: KafkaSettings | None = None,
         start_timeout: float = 20.0,
-        stop_timeout: float = 5.0,
+        stop_timeout: float = 3.0,
     ) -> None:
         self._requested_port = port
         self._base = settings or KafkaSettings()
