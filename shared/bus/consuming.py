@@ -480,6 +480,8 @@ class KeyedConsumer:
                 del self._partitions[partition.tp]
 
     def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        if self._closed:
+            return  # a late callback while leaving the group: nothing will be taken in
         for tp in assigned:
             current = self._partitions.get(tp)
             if current is None or current.revoked:
