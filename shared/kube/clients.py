@@ -85,7 +85,7 @@ class RetrySettings:
 
 def _wait(settings: RetrySettings) -> Callable[[tenacity.RetryCallState], float]:
     """Exponential back-off with jitter, unless the server said how long (Retry-After)."""
-    backoff = tenacity.wait_exponential_jitter(initial=settings.initial_wait, max=settings.max_wait)
+    backoff = tenacity.wait_exponential_jitter(multiplier=settings.initial_wait, max=settings.max_wait)
 
     def wait(state: tenacity.RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome is not None else None
