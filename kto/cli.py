@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 COMMANDS: dict[str, str] = {
     "plan": "kto.commands.plan",
+    "sim": "kto.commands.sim",
     "broker": "kto.commands.broker",
     "watcher": "kto.commands.watcher",
     "reconciler": "kto.commands.reconciler",
@@ -29,13 +30,25 @@ class UserError(Exception):
     """An error caused by the user's input: printed as one line, exit code 2, no traceback."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; only the chosen command's module is imported, so one broken
+    command module cannot take the others down."""
     parser = argparse.ArgumentParser(
         prog="kto", description="Kubeflow-compatible training-job operator on Kafka."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, module_name in COMMANDS.items():
-        module = importlib.import_module(module_name)
+        if chosen in COMMANDS and name != chosen:
+            sub.add_parser(name)
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            if name == chosen:
+                raise
+            sub.add_parser(name, help=f"(unavailable: {exc})")
+            continue
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
         command.set_defaults(run=module.run)
@@ -43,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.run(args)
     except UserError as exc:
