@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig whose contexts are the clusters (a job key's cluster = context name); "
         "default: in-cluster config",
     )
+    parser.add_argument("--group", default="kto-reconciler", help="Kafka consumer group shared by these workers")
     parser.add_argument("--concurrency", type=int, default=32, help="job keys reconciled at once")
     add_operator_arguments(parser)
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         raise cli.UserError(str(exc)) from None
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
-        concurrency=args.concurrency,
+        concurrency=args.concurrency, group_id=args.group,
         operator=OperatorSettings(
             gang_scheduler_name=args.gang_scheduler_name,
             pytorch_init_container_image=args.pytorch_init_container_image,

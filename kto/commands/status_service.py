@@ -14,6 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig whose contexts are the clusters (a job key's cluster = context name); "
         "default: in-cluster config",
     )
+    parser.add_argument("--group", default="kto-status", help="Kafka consumer group shared by these workers")
     parser.add_argument("--concurrency", type=int, default=32, help="job keys handled at once")
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
 
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise cli.UserError(str(exc)) from None
     settings = StatusSettings(
-        kubeconfig=args.kubeconfig, concurrency=args.concurrency, record_events=not args.no_events,
+        kubeconfig=args.kubeconfig, concurrency=args.concurrency, group_id=args.group, record_events=not args.no_events,
     )
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))

@@ -153,11 +153,12 @@ class Reconciler:
     async def _decide(
         self, key: records.JobKey, view: views.JobView, action: str, *, child_kind: str | None = None,
         child_name: str | None = None, reason: str = "", message: str = "", detail: dict[str, Any] | None = None,
-        resource_version: str = "",
+        resource_version: str = "", record_id: str | None = None,
     ) -> None:
+        ids = {"id": record_id} if record_id is not None else {}
         await self._publisher.publish(
             records.Decision(
-                key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
+                **ids, key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
                 message=message, detail=detail or {}, resource_version=resource_version,
                 source="reconciler", instance=self._settings.instance,
             )
@@ -166,12 +167,21 @@ class Reconciler:
     async def _create(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, manifest: dict[str, Any],
     ) -> None:
+        """Decide, then act: the decision is published first (write-ahead), with an id
+        fixed by (job uid, child), so a worker that dies between the two leaves a log
+        that still names the child, and its successor's repeat is deduplicated."""
         rt = resources.for_manifest(manifest)
         name = manifest["metadata"]["name"]
+        job_uid = str(((view.job or {}).get("metadata") or {}).get("uid", ""))
+        await self._decide(
+            key, view, "child_created", child_kind=rt.kind, child_name=name,
+            record_id=records.deterministic_id(job_uid, "child_created", rt.kind, name),
+        )
         try:
             created = await client.create(rt, key.namespace, manifest)
         except clients.ApiError as exc:
             if exc.already_exists:
+                view.observe_child({**manifest, "apiVersion": rt.api_version, "kind": rt.kind}, deleted=False)
                 return
             if exc.retriable:
                 raise
@@ -184,10 +194,6 @@ class Reconciler:
         created.setdefault("kind", rt.kind)
         self._deleted.pop((str(key), (rt.kind, name)), None)
         view.observe_child(created, deleted=False)
-        await self._decide(
-            key, view, "child_created", child_kind=rt.kind, child_name=name,
-            resource_version=str(created.get("metadata", {}).get("resourceVersion", "")),
-        )
 
     async def _update(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, manifest: dict[str, Any],
