@@ -146,7 +146,7 @@ def _reconnecting(rt: resources.ResourceType) -> tenacity.AsyncRetrying:
 
     return tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception_type(clients.ApiError),
-        wait=tenacity.wait_exponential_jitter(initial=0.2, max=30.0),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=30.0) + tenacity.wait_random(0, 0.2),
         stop=tenacity.stop_never,
         before_sleep=before_sleep,
         reraise=True,
@@ -163,6 +163,10 @@ class Watcher:
         self._publisher = publisher
         self._settings = settings
         self.inventory = Inventory()
+        # One record in flight at a time: the embedded Tansu broker mis-stores a
+        # produce batch of several records (its high watermark moves by one and
+        # later reads come back empty), and concurrent sends would be batched.
+        self._sending = asyncio.Lock()
 
     @property
     def settings(self) -> WatcherSettings:
@@ -333,4 +337,5 @@ class Watcher:
                 "kto.observation.event": event,
             },
         ):
-            await self._publisher.publish(record)
+            async with self._sending:
+                await self._publisher.publish(record)
