@@ -7,7 +7,7 @@ delete for a restart, a failure verdict, whether to delete the job (TTL), and
 when to look again. Pure and level-triggered: the same inputs always give the
 same decision, so a repeated record or a restart changes nothing.
 
-Where kto differs from upstream (docs/reconciling.md): activeDeadlineSeconds
+Where kto differs from upstream (docs/pipeline.md): activeDeadlineSeconds
 and TTL are re-checked on a real timer (``requeue_after``) instead of only when
 something else happens; a job that fails validation is marked Failed
 (reason ``<Kind>FailedValidation``) instead of being retried forever.

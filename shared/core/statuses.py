@@ -6,7 +6,7 @@ validation). Out: the new status and the Events its transitions call for.
 The status service writes the result; the reconciler uses the same function
 to know whether a job has finished. Pure: no I/O, the clock is an argument.
 
-Where kto differs from upstream (docs/status.md):
+Where kto differs from upstream (docs/pipeline.md):
 * replica types are visited in a fixed order (the kind's canonical order), not
   Go's random map order, so the outcome of a pass is deterministic;
 * the ExitCode "permanent failure" path sets ``completionTime`` (upstream
