@@ -514,7 +514,14 @@ class Kubelet:
         """Apply `change` to the node's spec (main resource) and status (subresource), retrying on 409."""
         for subresource in (None, "status"):
             for _ in range(MAX_CONFLICT_RETRIES):
-                node = await self._store.get("nodes", None, name)
+                try:
+                    node = await self._store.get("nodes", None, name)
+                except errors.ApiError as exc:
+                    if exc.code != 404:
+                        raise
+                    # Not registered yet (run() just started) or deleted: register it now.
+                    index = nodes.node_index(name) or 0
+                    node = await self._store.create("nodes", nodes.make_node(self._settings, index, clock))
                 change(node, clock)
                 try:
                     await self._store.update("nodes", node, subresource=subresource)

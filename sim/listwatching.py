@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sim import errors
@@ -79,7 +79,22 @@ class Informer:
         return str(version)
 
     async def _watch(self, version: str) -> None:
-        async for event in self._store.watch(self.resource, resource_version=version, bookmarks=True):
+        watch = self._store.watch(self.resource, resource_version=version, bookmarks=True)
+        try:
+            await self._consume(watch)
+        finally:
+            # Shielded: the store must forget the watch even when we are being cancelled twice.
+            aclose = getattr(watch, "aclose", None)
+            if aclose is not None:
+                await asyncio.shield(aclose())
+
+    async def _consume(self, watch: AsyncIterator[Any]) -> None:
+        task = asyncio.current_task()
+        async for event in watch:
+            if task is not None and task.cancelling():
+                # Python 3.11's asyncio.wait_for (inside the store's watch) can swallow a
+                # cancellation that races with an arriving event; honour it here.
+                raise asyncio.CancelledError
             kind = event.type
             obj = event.object
             if kind == "BOOKMARK":
