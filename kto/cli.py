@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "up": "kto.commands.up",
     "demo": "kto.commands.demo",
     "bench": "kto.commands.bench",
+    "sim-bench": "kto.commands.sim_bench",
 }
 """Sub-command name → module implementing it."""
 

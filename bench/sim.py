@@ -1,0 +1,205 @@
+"""Benchmark of the local cluster's API server: pod creates per second and watch delivery delay.
+
+In: a URL of a running API server, a running `sim.cluster.Cluster`, or None
+to start an in-process Cluster (sharing this process's core with the
+client). Out: one dict of figures (`measure`).
+
+Method: a fresh namespace; `watchers` kubernetes-asyncio watches of its pods
+opened and proven live (a warm-up pod seen by each); then `creates` pods
+created by `concurrency` workers, each pod carrying its send time (wall
+clock, epoch seconds) in annotation `bench.kto.dev/sent`. The delay of a
+watch event is its receive time minus that send time (so it includes the
+create's own round trip up to the store commit). `mode` picks the pods:
+
+- "idle": `spec.nodeName` of a node that does not exist: neither the
+  scheduler nor the kubelet does anything, the figures are the server's alone;
+- "unschedulable": a nodeSelector matching no node: the scheduler evaluates
+  each pod and writes one PodScheduled=False condition (one more MODIFIED
+  event per pod on every watch).
+
+The client decodes responses as plain JSON (`_preload_content=False`, watch
+return type "object") so that kubernetes-asyncio's model classes do not
+dominate what is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kubernetes_asyncio import client, watch
+
+from sim import cluster as sim_cluster
+from sim import settings as sim_settings
+
+SENT_ANNOTATION = "bench.kto.dev/sent"
+MODES = ("idle", "unschedulable")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of `values` (0 for none)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(fraction * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+def pod_body(name: str, mode: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "kto/bench:1", "resources": {"requests": {"cpu": "10m"}}}],
+    }
+    if mode == "idle":
+        spec["nodeName"] = "bench-nowhere"
+    else:
+        spec["nodeSelector"] = {"bench.kto.dev/nowhere": "true"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {SENT_ANNOTATION: repr(time.time())}},
+        "spec": spec,
+    }
+
+
+@contextlib.asynccontextmanager
+async def _server(url_or_cluster: str | sim_cluster.Cluster | None) -> AsyncIterator[str]:
+    if isinstance(url_or_cluster, str):
+        yield url_or_cluster
+    elif url_or_cluster is not None:
+        yield url_or_cluster.url
+    else:
+        async with sim_cluster.Cluster(sim_settings.SimSettings()) as cluster:
+            yield cluster.url
+
+
+class _Watcher:
+    """One watch of the namespace's pods, recording the delay of each ADDED event."""
+
+    def __init__(self, api: client.CoreV1Api, namespace: str, version: str) -> None:
+        self._api = api
+        self._namespace = namespace
+        self._version = version
+        self.delays: list[float] = []
+        self.seen: set[str] = set()
+        self.events = 0
+        self._changed = asyncio.Event()
+
+    def _list(self, *args: Any, **kwargs: Any) -> Any:
+        # kubernetes-asyncio sends `watch=True`; the local server (as of this writing) only
+        # takes "true" / "1", while kube-apiserver parses the flag like Go's ParseBool.
+        if kwargs.get("watch") is True:
+            kwargs["watch"] = "true"
+        return self._api.list_namespaced_pod(*args, **kwargs)
+
+    async def run(self) -> None:
+        stream = watch.Watch(return_type="object")
+        async with stream:
+            async for event in stream.stream(self._list, self._namespace, resource_version=self._version):
+                received = time.time()
+                self.events += 1
+                obj = event["raw_object"]
+                metadata = obj.get("metadata") or {}
+                if event["type"] == "ADDED":
+                    sent = (metadata.get("annotations") or {}).get(SENT_ANNOTATION)
+                    if sent is not None and not metadata["name"].startswith("warmup-"):
+                        self.delays.append(received - float(sent))
+                    self.seen.add(metadata["name"])
+                    self._changed.set()
+
+    async def wait_for(self, name: str) -> None:
+        while name not in self.seen:
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def _create(api: client.CoreV1Api, namespace: str, body: dict[str, Any]) -> None:
+    response = await api.create_namespaced_pod(namespace, body, _preload_content=False)
+    payload = await response.read()
+    if response.status >= 300:
+        raise RuntimeError(f"create failed with {response.status}: {payload[:200]!r}")
+
+
+async def measure(
+    url_or_cluster: str | sim_cluster.Cluster | None,
+    creates: int,
+    concurrency: int = 32,
+    watchers: int = 10,
+    mode: str = "idle",
+) -> dict[str, Any]:
+    """Create `creates` pods at `concurrency`, with `watchers` watches open; the figures as a dict."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    async with _server(url_or_cluster) as url:
+        configuration = client.Configuration(host=url)
+        configuration.connection_pool_maxsize = concurrency + watchers + 4
+        async with client.ApiClient(configuration) as api_client:
+            api = client.CoreV1Api(api_client)
+            namespace = f"bench-{uuid.uuid4().hex[:8]}"
+            response = await api.create_namespace(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, _preload_content=False
+            )
+            payload = await response.read()
+            if response.status >= 300:
+                raise RuntimeError(f"creating namespace {namespace} failed with {response.status}: {payload[:300]!r}")
+            try:
+                return await _run(api, namespace, creates, concurrency, watchers, mode, url)
+            finally:
+                response = await api.delete_namespace(namespace, _preload_content=False)
+                await response.read()
+
+
+async def _run(
+    api: client.CoreV1Api, namespace: str, creates: int, concurrency: int, watchers: int, mode: str, url: str
+) -> dict[str, Any]:
+    listed = await api.list_namespaced_pod(namespace, _preload_content=False)
+    version = json.loads(await listed.read())["metadata"]["resourceVersion"]
+    watches = [_Watcher(api, namespace, version) for _ in range(watchers)]
+    async with asyncio.TaskGroup() as tasks:
+        running = [tasks.create_task(w.run(), name=f"bench-watcher-{i}") for i, w in enumerate(watches)]
+        # Prove every watch is live before the clock starts.
+        await _create(api, namespace, pod_body("warmup-0", mode))
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(w.wait_for("warmup-0") for w in watches))
+
+        names = iter(range(creates))
+
+        async def worker() -> None:
+            for index in names:
+                await _create(api, namespace, pod_body(f"pod-{index}", mode))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(tasks.create_task(worker(), name=f"bench-creator-{i}") for i in range(concurrency)))
+        elapsed = time.perf_counter() - started
+        last = f"pod-{creates - 1}"
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(w.wait_for(last) for w in watches))
+        # ADDED events arrive in order: the last one seen means every one was delivered.
+        drained = time.perf_counter() - started
+        for task in running:
+            task.cancel()
+    delays = [d * 1000 for w in watches for d in w.delays]
+    return {
+        "server": url,
+        "mode": mode,
+        "creates": creates,
+        "concurrency": concurrency,
+        "watchers": watchers,
+        "seconds": round(elapsed, 3),
+        "creates_per_s": round(creates / elapsed, 1),
+        "all_delivered_s": round(drained, 3),
+        "watch_events": sum(w.events for w in watches),
+        "watch_delay_ms": {
+            "p50": round(percentile(delays, 0.50), 2),
+            "p95": round(percentile(delays, 0.95), 2),
+            "p99": round(percentile(delays, 0.99), 2),
+            "max": round(max(delays, default=0.0), 2),
+            "mean": round(statistics.fmean(delays), 2) if delays else 0.0,
+        },
+    }
