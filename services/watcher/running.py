@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import typing
 
 from services.watcher import resyncing, watching
 from services.watcher.settings import WatcherSettings
-from shared.bus import producing
+from shared.bus import errors, producing
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, leasing
 
 log = logging.getLogger("kto.watcher")
+
+
+_REFUSAL_BACKOFF = 0.5
+"""Seconds before the first full relist after a refused record; doubles per refusal."""
+_REFUSAL_MAX_BACKOFF = 30.0
+_REFUSAL_RESET = 60.0
+"""A term that ran this long before a refusal starts the backoff afresh."""
 
 
 class ClusterConfigError(Exception):
@@ -63,8 +71,12 @@ async def lead(watcher: watching.Watcher, outage: watching.BrokerOutage) -> None
     """One term as the active watcher: watch and resync until cancelled; start
     over (full relist) whenever the broker comes back after an outage."""
     settings = watcher.settings
+    loop = asyncio.get_running_loop()
+    refusals = 0
     while True:
         outage.recovered.clear()
+        started = loop.time()
+        refused: errors.PublishError | None = None
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(watcher.run(), name=f"watch cluster {settings.cluster}")
@@ -75,6 +87,20 @@ async def lead(watcher: watching.Watcher, outage: watching.BrokerOutage) -> None
                 group.create_task(_wait_for_recovery(outage), name=f"broker outage of {settings.cluster}")
         except* _BrokerRecovered:
             log.info("cluster %s: broker is back; relisting and republishing everything", settings.cluster)
+        except* errors.PublishError as group:
+            refused = typing.cast(errors.PublishError, group.exceptions[0])
+        if refused is None:
+            refusals = 0
+            continue
+        # The broker refused a record for good (or answered an error no retry
+        # fixes, as a restarting Tansu does before its topics exist). The record
+        # is not in the inventory, so the next full list publishes it again;
+        # back off so a record refused every time does not relist in a loop.
+        refusals = 1 if loop.time() - started > _REFUSAL_RESET else refusals + 1
+        delay = min(_REFUSAL_MAX_BACKOFF, _REFUSAL_BACKOFF * 2 ** (refusals - 1))
+        log.error("cluster %s: the broker refused a record (%s); relisting everything in %.1fs",
+                  settings.cluster, refused, delay)
+        await asyncio.sleep(delay)
 
 
 async def run(settings: WatcherSettings, kafka_settings: KafkaSettings) -> None:

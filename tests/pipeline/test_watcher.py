@@ -388,3 +388,34 @@ def test_the_command_reports_bad_input_as_a_user_error(argv: list[str], message:
     watcher_command.add_arguments(parser)
     with pytest.raises(cli.UserError, match=message):
         watcher_command.run(parser.parse_args(argv))
+
+
+# --- broker outage --------------------------------------------------------------------------------
+
+
+async def test_when_the_broker_comes_back_empty_everything_is_republished(
+    cluster: sim_cluster.Cluster, client: clients.KubeClient,
+) -> None:
+    from shared.bus import broker as broker_module
+
+    base = KafkaSettings(partitions=2, client_id="kto-outage-test", linger_ms=1)
+    embedded = broker_module.EmbeddedBroker(settings=base)
+    await embedded.start()
+    kafka = embedded.settings
+    port = int(kafka.bootstrap.rsplit(":", 1)[1])
+    try:
+        async with service_task(running.run(settings_for(cluster), kafka), "watcher"):
+            await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("o"))
+            await published(kafka, key("o"), ("ADDED", "PyTorchJob", "o"))
+            await embedded.stop()
+            # Changed while the broker is away: the watcher waits, it does not skip.
+            await client.create(resources.SERVICES, NS, service("o-master-0", child_labels("o")))
+            await asyncio.sleep(1.0)
+            embedded = broker_module.EmbeddedBroker(port, settings=base)
+            await embedded.start()  # in memory: it comes back empty
+            # The job again (RESYNCED: the new broker lost its ADDED) and the
+            # service created during the outage.
+            await published(kafka, key("o"), ("RESYNCED", "PyTorchJob", "o"),
+                            ("ADDED", "Service", "o-master-0"), timeout=120)
+    finally:
+        await embedded.stop()
