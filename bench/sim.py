@@ -17,6 +17,11 @@ create's own round trip up to the store commit). `mode` picks the pods:
   each pod and writes one PodScheduled=False condition (one more MODIFIED
   event per pod on every watch).
 
+`watch_delay_ms` is measured while the creates saturate the server, so it
+is mostly the create's queueing (Little's law: concurrency / rate); a second,
+paced phase (`PACED_CREATES` pods, one at a time at `PACED_RATE` per second)
+gives `paced_watch_delay_ms`, the delivery delay of a server that keeps up.
+
 The client decodes responses as plain JSON (`_preload_content=False`, watch
 return type "object") so that kubernetes-asyncio's model classes do not
 dominate what is measured.
@@ -27,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import multiprocessing
+import multiprocessing.connection
 import statistics
 import time
 import uuid
@@ -40,6 +47,12 @@ from sim import settings as sim_settings
 
 SENT_ANNOTATION = "bench.kto.dev/sent"
 MODES = ("idle", "unschedulable")
+
+PACED_CREATES = 500
+"""Pods of the paced phase (fewer when fewer creates are asked for)."""
+
+PACED_RATE = 100.0
+"""Creates per second of the paced phase."""
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -68,12 +81,38 @@ def pod_body(name: str, mode: str) -> dict[str, Any]:
     }
 
 
+def _serve_in_child(connection: multiprocessing.connection.Connection) -> None:
+    """Body of the server process: run a Cluster, send its URL, stop when the parent says so."""
+
+    async def serve() -> None:
+        async with sim_cluster.Cluster(sim_settings.SimSettings()) as cluster:
+            connection.send(cluster.url)
+            await asyncio.to_thread(connection.recv)
+
+    asyncio.run(serve())
+
+
 @contextlib.asynccontextmanager
-async def _server(url_or_cluster: str | sim_cluster.Cluster | None) -> AsyncIterator[str]:
+async def _server(url_or_cluster: str | sim_cluster.Cluster | None, separate_process: bool) -> AsyncIterator[str]:
     if isinstance(url_or_cluster, str):
         yield url_or_cluster
     elif url_or_cluster is not None:
         yield url_or_cluster.url
+    elif separate_process:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(target=_serve_in_child, args=(child,), name="kto-sim-bench-server", daemon=True)
+        process.start()
+        try:
+            if not await asyncio.to_thread(parent.poll, 60):
+                raise RuntimeError("the local cluster process did not start within 60 s")
+            yield str(parent.recv())
+        finally:
+            with contextlib.suppress(OSError):
+                parent.send("stop")
+            await asyncio.to_thread(process.join, 10)
+            if process.is_alive():
+                process.terminate()
     else:
         async with sim_cluster.Cluster(sim_settings.SimSettings()) as cluster:
             yield cluster.url
@@ -87,6 +126,9 @@ class _Watcher:
         self._namespace = namespace
         self._version = version
         self.delays: list[float] = []
+        """Delays of the saturated phase's pods (`pod-<n>`)."""
+        self.paced_delays: list[float] = []
+        """Delays of the paced phase's pods (`paced-<n>`)."""
         self.seen: set[str] = set()
         self.events = 0
         self._changed = asyncio.Event()
@@ -108,8 +150,10 @@ class _Watcher:
                 metadata = obj.get("metadata") or {}
                 if event["type"] == "ADDED":
                     sent = (metadata.get("annotations") or {}).get(SENT_ANNOTATION)
-                    if sent is not None and not metadata["name"].startswith("warmup-"):
+                    if sent is not None and metadata["name"].startswith("pod-"):
                         self.delays.append(received - float(sent))
+                    elif sent is not None and metadata["name"].startswith("paced-"):
+                        self.paced_delays.append(received - float(sent))
                     self.seen.add(metadata["name"])
                     self._changed.set()
 
@@ -132,11 +176,17 @@ async def measure(
     concurrency: int = 32,
     watchers: int = 10,
     mode: str = "idle",
+    separate_process: bool = False,
 ) -> dict[str, Any]:
-    """Create `creates` pods at `concurrency`, with `watchers` watches open; the figures as a dict."""
+    """Create `creates` pods at `concurrency`, with `watchers` watches open; the figures as a dict.
+
+    With `url_or_cluster` None a local cluster is started: in this process, or
+    with `separate_process` in a child process of its own (its own core, so
+    that the client does not compete with the server).
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    async with _server(url_or_cluster) as url:
+    async with _server(url_or_cluster, separate_process) as url:
         configuration = client.Configuration(host=url)
         configuration.connection_pool_maxsize = concurrency + watchers + 4
         async with client.ApiClient(configuration) as api_client:
@@ -149,7 +199,11 @@ async def measure(
             if response.status >= 300:
                 raise RuntimeError(f"creating namespace {namespace} failed with {response.status}: {payload[:300]!r}")
             try:
-                return await _run(api, namespace, creates, concurrency, watchers, mode, url)
+                result = await _run(api, namespace, creates, concurrency, watchers, mode, url)
+                result["server_process"] = "separate" if separate_process and url_or_cluster is None else (
+                    "given" if url_or_cluster is not None else "in-process"
+                )
+                return result
             finally:
                 response = await api.delete_namespace(namespace, _preload_content=False)
                 await response.read()
@@ -182,9 +236,20 @@ async def _run(
             await asyncio.gather(*(w.wait_for(last) for w in watches))
         # ADDED events arrive in order: the last one seen means every one was delivered.
         drained = time.perf_counter() - started
+
+        # Paced phase: one create at a time at PACED_RATE, so that the delay is the
+        # watch path's and not the queue of a saturated server.
+        paced = min(PACED_CREATES, creates)
+        begin = time.perf_counter()
+        for index in range(paced):
+            await asyncio.sleep(max(0.0, begin + index / PACED_RATE - time.perf_counter()))
+            await _create(api, namespace, pod_body(f"paced-{index}", mode))
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(w.wait_for(f"paced-{paced - 1}") for w in watches))
         for task in running:
             task.cancel()
     delays = [d * 1000 for w in watches for d in w.delays]
+    paced_delays = [d * 1000 for w in watches for d in w.paced_delays]
     return {
         "server": url,
         "mode": mode,
@@ -195,11 +260,18 @@ async def _run(
         "creates_per_s": round(creates / elapsed, 1),
         "all_delivered_s": round(drained, 3),
         "watch_events": sum(w.events for w in watches),
-        "watch_delay_ms": {
-            "p50": round(percentile(delays, 0.50), 2),
-            "p95": round(percentile(delays, 0.95), 2),
-            "p99": round(percentile(delays, 0.99), 2),
-            "max": round(max(delays, default=0.0), 2),
-            "mean": round(statistics.fmean(delays), 2) if delays else 0.0,
-        },
+        "watch_delay_ms": _summary(delays),
+        "paced_creates": paced,
+        "paced_rate_per_s": PACED_RATE,
+        "paced_watch_delay_ms": _summary(paced_delays),
+    }
+
+
+def _summary(delays: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(delays, 0.50), 2),
+        "p95": round(percentile(delays, 0.95), 2),
+        "p99": round(percentile(delays, 0.99), 2),
+        "max": round(max(delays, default=0.0), 2),
+        "mean": round(statistics.fmean(delays), 2) if delays else 0.0,
     }

@@ -415,10 +415,10 @@ class Kubelet:
                 tasks.create_task(self._write_forever(), name=f"sim-kubelet-writer-{index}")
 
     def logs(self, namespace: str, name: str) -> str:
-        """The log of a pod the kubelet runs or ran (one line per event); 404 ApiError if none."""
+        """The log of a pod the kubelet runs or ran (one line per event); "" for a pod not started here."""
         run = self._runs.get((namespace, name))
         if run is None:
-            raise errors.not_found("pods", name)
+            return ""
         return "".join(line + "\n" for line in run.logs)
 
     async def fail_node(self, name: str) -> None:
@@ -441,7 +441,8 @@ class Kubelet:
         """Evict a running pod as the kubelet does under memory pressure: Failed, reason Evicted."""
         run = self._runs.get((namespace, name))
         if run is None:
-            raise errors.not_found("pods", name)
+            await self._evict_unstarted(namespace, name)
+            return
         if run.phase in TERMINAL_PHASES:
             return
         message = "The node was low on resource: memory. "
@@ -463,6 +464,21 @@ class Kubelet:
             }
         ]
         self._terminate(run, 137, "Error", clock, phase="Failed", reason="Evicted", message=message)
+
+    async def _evict_unstarted(self, namespace: str, name: str) -> None:
+        """Evict a pod no sim node runs (not bound yet): Failed, reason Evicted; 404 if it does not exist."""
+        for _ in range(MAX_CONFLICT_RETRIES):
+            pod = await self._store.get("pods", namespace, name)
+            status = pod.setdefault("status", {})
+            if status.get("phase") in TERMINAL_PHASES:
+                return
+            status.update(phase="Failed", reason="Evicted", message="The pod was evicted before it started.")
+            try:
+                await self._store.update("pods", pod, subresource="status")
+                return
+            except errors.ApiError as exc:
+                if exc.code != 409:
+                    raise
 
     # -- nodes ---------------------------------------------------------
 

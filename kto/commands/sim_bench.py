@@ -33,13 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "unschedulable: pods the scheduler evaluates and marks Unschedulable",
     )
     parser.add_argument("--url", help="an API server to measure instead of starting an in-process local cluster")
+    parser.add_argument(
+        "--server-process",
+        action="store_true",
+        help="run the local cluster in a child process (its own core) instead of in this one",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from bench import sim as sim_bench
 
     result = asyncio.run(
-        sim_bench.measure(args.url, args.creates, concurrency=args.concurrency, watchers=args.watchers, mode=args.mode)
+        sim_bench.measure(args.url, args.creates, concurrency=args.concurrency, watchers=args.watchers, mode=args.mode,
+                           separate_process=args.server_process)
     )
     print(json.dumps(result))
     return 0
