@@ -419,3 +419,50 @@ async def test_when_the_broker_comes_back_empty_everything_is_republished(
                             ("ADDED", "Service", "o-master-0"), timeout=120)
     finally:
         await embedded.stop()
+
+
+# --- the command as a process ---------------------------------------------------------------------
+
+
+async def _kto_watcher(kafka: KafkaSettings, *args: str) -> asyncio.subprocess.Process:
+    import os
+    import sys
+
+    env = {**os.environ, "KTO_KAFKA_BOOTSTRAP": kafka.bootstrap, "KTO_KAFKA_JOBS_TOPIC": kafka.jobs_topic,
+           "KTO_KAFKA_DLQ_TOPIC": kafka.dlq_topic, "KTO_LOG_LEVEL": "INFO"}
+    env.pop("KTO_TRACES", None)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kto", "watcher", *args, cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def test_kto_watcher_publishes_until_sigterm_and_exits_cleanly(
+    cluster: sim_cluster.Cluster, client: clients.KubeClient, bus: KafkaSettings,
+) -> None:
+    import signal
+
+    process = await _kto_watcher(bus, "--cluster", CLUSTER, "--kubeconfig", str(cluster.kubeconfig),
+                                 "--lease-duration", "3")
+    try:
+        await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("cli"))
+        found = await published(bus, key("cli"), ("ADDED", "PyTorchJob", "cli"), timeout=30)
+        assert found[0].instance.count("-") >= 2  # hostname-pid-random
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 20)
+    log_text = stderr.decode()
+    assert process.returncode == 0, log_text
+    assert "Traceback" not in log_text
+    assert "is now the active watcher" in log_text and "released lease" in log_text
+
+
+async def test_kto_watcher_with_an_unknown_context_says_so_in_one_line(
+    cluster: sim_cluster.Cluster, bus: KafkaSettings,
+) -> None:
+    process = await _kto_watcher(bus, "--cluster", CLUSTER, "--kubeconfig", str(cluster.kubeconfig),
+                                 "--context", "nope")
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    lines = stderr.decode().strip().splitlines()
+    assert process.returncode == 2
+    assert len(lines) == 1 and lines[0].startswith("kto watcher: error:") and "nope" in lines[0], lines
