@@ -56,7 +56,10 @@ VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 COSCHEDULING_PODGROUPS = "podgroups.scheduling.x-k8s.io"
 
 RETRY_INTERVAL = 0.5
-"""Seconds between retries of unschedulable pods while nothing else wakes them."""
+"""Seconds at least between two retries of the unschedulable pods (each one after a change)."""
+
+GROUP_STATUS_DELAY = 0.02
+"""Seconds PodGroup status writes wait so that a burst of member changes makes one write."""
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -500,6 +503,9 @@ class Scheduler:
         self._queued: set[Key] = set()
         self._dirty_groups: set[tuple[str, str, str]] = set()
         self._changed = asyncio.Event()
+        """Set when room may have appeared (node change, pod gone or finished, PodGroup change)."""
+        self._groups_changed = asyncio.Event()
+        """Set when a PodGroup or one of its members changed: its status may need a write."""
         self._ready = asyncio.Event()
 
     async def run(self) -> None:
@@ -525,6 +531,7 @@ class Scheduler:
                 tasks.create_task(informer.run(), name=informer.name)
             tasks.create_task(self._schedule_forever(), name="sim-scheduler-binding")
             tasks.create_task(self._retry_forever(), name="sim-scheduler-retry")
+            tasks.create_task(self._group_status_forever(), name="sim-scheduler-podgroup-status")
 
     # -- cache ---------------------------------------------------------
 
@@ -557,6 +564,7 @@ class Scheduler:
         else:
             self._groups[gkey] = group
             self._dirty_groups.add(gkey)
+            self._groups_changed.set()
         for member in self._members.get(gkey, {}).values():
             mkey = _key(member)
             if mkey in self._pending:
@@ -573,6 +581,7 @@ class Scheduler:
             else:
                 self._members.setdefault(gkey, {})[key[1]] = pod
             self._dirty_groups.add(gkey)
+            self._groups_changed.set()
         spec = pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase")
         terminated = kind == "DELETED" or phase in TERMINAL_PHASES
@@ -647,8 +656,9 @@ class Scheduler:
                         self._enqueue(key)
                 for gkey, group in self._groups.items():
                     if gkey[0] == VOLCANO_PODGROUPS and (group.get("status") or {}).get("phase") in (None, "", "Pending"):
+                        # Pending for want of capacity: the change may have made room.
                         self._dirty_groups.add(gkey)
-                await self._update_groups()
+                        self._groups_changed.set()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -665,13 +675,19 @@ class Scheduler:
                 raise
             except Exception:
                 log.exception("sim scheduler: scheduling pod %s/%s failed", *key)
-            if self._queue.empty() and self._dirty_groups:
-                try:
-                    await self._update_groups()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("sim scheduler: updating PodGroup status failed")
+
+    async def _group_status_forever(self) -> None:
+        """Write changed PodGroup statuses, coalescing bursts of member changes."""
+        while True:
+            await self._groups_changed.wait()
+            await asyncio.sleep(GROUP_STATUS_DELAY)
+            self._groups_changed.clear()
+            try:
+                await self._update_groups()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sim scheduler: updating PodGroup status failed")
 
     async def _schedule(self, key: Key) -> None:
         pod = self._pending.get(key)
@@ -717,6 +733,7 @@ class Scheduler:
             self._assume(mkey, node, request)
             binds.append(self._bind(mkey, member, node))
         self._dirty_groups.add(gkey)
+        self._groups_changed.set()
         await asyncio.gather(*binds)
 
     def _assume(self, key: Key, node: str, request: quantities.Resources) -> None:
@@ -731,15 +748,26 @@ class Scheduler:
         namespace, name = key
         try:
             await self._store.patch("pods", namespace, name, {"spec": {"nodeName": node}}, "merge")
-            condition = scheduled_condition("True", None, None, now_rfc3339(time.time()))
-            await self._set_condition(namespace, name, condition)
-        except errors.ApiError as exc:
-            if exc.code != 404:
-                raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Give the place back; a pod that still exists is tried again.
             self._assumed.discard(key)
             bound = self._bound.pop(key, None)
             if bound is not None and bound.node in self._usages:
                 self._usages[bound.node].forget(bound.request)
+            if isinstance(exc, errors.ApiError) and exc.code == 404:
+                return
+            self._pending[key] = pod
+            self._unschedulable.add(key)
+            self._changed.set()
+            raise
+        condition = scheduled_condition("True", None, None, now_rfc3339(time.time()))
+        try:
+            await self._set_condition(namespace, name, condition)
+        except errors.ApiError as exc:
+            if exc.code != 404:
+                raise
 
     async def _set_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
         """Replace the pod's PodScheduled condition through the status subresource (re-read on 409)."""
@@ -794,7 +822,9 @@ class Scheduler:
             except errors.ApiError as exc:
                 if exc.code in (404, 409):
                     if exc.code == 409:
+                        # The watch brings the newer version; write again after it.
                         self._dirty_groups.add(gkey)
+                        self._groups_changed.set()
                     continue
                 raise
             self._groups[gkey] = written

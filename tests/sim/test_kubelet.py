@@ -428,3 +428,10 @@ async def test_a_coscheduling_gang_is_bound_together() -> None:
             )
         for name in ("w0", "w1"):
             assert phase(await cluster.wait(name, terminal)) == "Succeeded"
+        async with asyncio.timeout(5):
+            while True:
+                status = (await cluster.store.get("podgroups.scheduling.x-k8s.io", "default", "job")).get("status") or {}
+                if status.get("phase") == "Finished":
+                    break
+                await asyncio.sleep(0.01)
+        assert (status["succeeded"], status["failed"]) == (2, 0)
