@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import discovery, errors, faults, patching, resources, tables
+from sim import discovery, errors, faults, patching, protobuf, resources, tables
 from sim import store as sim_store
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ class Server:
         method = request.method
         if method == "GET":
             if route.name is None:
-                route.verb = "watch" if watch_path or query.get("watch") in ("true", "1") else "list"
+                route.verb = "watch" if watch_path or _bool(query, "watch") else "list"
             else:
                 route.verb = "watch" if watch_path else "get"
         else:
@@ -279,8 +279,15 @@ class Server:
     # --- bodies and options -------------------------------------------------------------------------
 
     async def _body(self, request: web.Request) -> Any:
-        raw = await request.read()
         ctype = request.content_type
+        if ctype == "application/vnd.kubernetes.protobuf":
+            return protobuf.decode(await request.read())
+        if "protobuf" in ctype or "cbor" in ctype:
+            raise errors.unsupported_media_type(
+                f"the body of the request was in an unknown format ({ctype}) - the kto local cluster accepts "
+                "application/json and application/yaml"
+            )
+        raw = await request.read()
         if not raw.strip():
             raise errors.bad_request("the body of the request is empty")
         try:
@@ -594,8 +601,8 @@ class Server:
         query = request.query
         rv = query.get("resourceVersion") or None
         timeout = _int_param(query, "timeoutSeconds")
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
-        initial = query.get("sendInitialEvents") in ("true", "1")
+        bookmarks = _bool(query, "allowWatchBookmarks")
+        initial = _bool(query, "sendInitialEvents")
         field_selector = query.get("fieldSelector")
         if route.name is not None:
             by_name = f"metadata.name={route.name}"
@@ -631,6 +638,26 @@ class Server:
             response.kto_fault = "watch_drop"  # type: ignore[attr-defined]
         deadline = time.monotonic() + duration
         columns_sent = False
+        include = query.get("includeObject", "Metadata")
+        plain = not accept.table and len(res.versions) == 1
+
+        def encode(event: sim_store.WatchEvent) -> bytes:
+            if event.type == "BOOKMARK":
+                return _dumps({"type": event.type, "object": event.object})
+            if plain:
+                source = event.source
+                if source is not None:
+                    line = source.encoded.get(event.type)
+                    if line is None:
+                        line = source.encoded[event.type] = _dumps({"type": event.type, "object": event.object})
+                    return line
+                return _dumps({"type": event.type, "object": event.object})
+            if accept.table:
+                obj = tables.table(res, [event.object], include=include, with_columns=not columns_sent)
+            else:
+                obj = self._out(event.object, route, res)
+            return _dumps({"type": event.type, "object": obj})
+
         if initial:
             # sendInitialEvents: the queue already holds the ADDED events; a bookmark marks their end.
             watch.queue.put_nowait(sim_store.WatchEvent("BOOKMARK", {
@@ -647,29 +674,17 @@ class Server:
                     event = await asyncio.wait_for(watch.__anext__(), left)
                 except (TimeoutError, StopAsyncIteration):
                     break
-                obj = event.object
                 if event.type == "BOOKMARK" and not bookmarks and not initial:
                     continue
-                if accept.table and event.type != "BOOKMARK":
-                    obj = tables.table(res, [obj], include=query.get("includeObject", "Metadata"),
-                                       with_columns=not columns_sent)
-                    columns_sent = True
-                elif event.type != "BOOKMARK":
-                    obj = self._out(obj, route, res)
-                chunk = [_dumps({"type": event.type, "object": obj})]
+                chunk = [encode(event)]
+                columns_sent = True
                 while not watch.queue.empty() and len(chunk) < 256:
                     # Drain what is already queued into one write.
                     more = watch.queue.get_nowait()
                     if more is None:
                         watch.closed = True
                         break
-                    mobj = more.object
-                    if accept.table and more.type != "BOOKMARK":
-                        mobj = tables.table(res, [mobj], include=query.get("includeObject", "Metadata"),
-                                            with_columns=False)
-                    elif more.type != "BOOKMARK":
-                        mobj = self._out(mobj, route, res)
-                    chunk.append(_dumps({"type": more.type, "object": mobj}))
+                    chunk.append(encode(more))
                 await response.write(b"\n".join(chunk) + b"\n")
                 if drop is not None and duration == drop and time.monotonic() >= deadline:
                     break
@@ -743,6 +758,11 @@ class Server:
             "resourceVersion": self.store.resource_version,
             "objects": {r.key: self.store.count(r.key) for r in self.store.kinds() if self.store.count(r.key)},
         }
+
+
+def _bool(query: Any, name: str) -> bool:
+    """A boolean query parameter, read like Go's strconv.ParseBool."""
+    return query.get(name) in ("1", "t", "T", "true", "TRUE", "True")
 
 
 def _int_param(query: Any, name: str) -> int | None:

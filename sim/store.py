@@ -68,11 +68,13 @@ def now() -> str:
 class WatchEvent:
     """One event of a watch: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, with its object."""
 
-    __slots__ = ("type", "object")
+    __slots__ = ("type", "object", "source")
 
-    def __init__(self, type: str, object: Obj) -> None:  # noqa: A002 - the wire names
+    def __init__(self, type: str, object: Obj, source: _Change | None = None) -> None:  # noqa: A002
         self.type = type
         self.object = object
+        self.source = source
+        """The stored change this event reports (None for synthetic events); lets the server encode once."""
 
     def __repr__(self) -> str:
         meta = self.object.get("metadata") or {}
@@ -80,7 +82,7 @@ class WatchEvent:
 
 
 class _Change:
-    __slots__ = ("rv", "resource", "type", "obj", "old")
+    __slots__ = ("rv", "resource", "type", "obj", "old", "encoded")
 
     def __init__(self, rv: int, resource: str, type: str, obj: Obj, old: Obj | None) -> None:
         self.rv = rv
@@ -88,6 +90,8 @@ class _Change:
         self.type = type
         self.obj = obj
         self.old = old
+        self.encoded: dict[str, bytes] = {}
+        """Wire encodings of this change by event type, filled by the server and shared by all watches."""
 
 
 class Watch:
@@ -133,7 +137,7 @@ class Watch:
                     kind = "ADDED"
             elif not now_in:
                 return
-        self.queue.put_nowait(WatchEvent(kind, obj))
+        self.queue.put_nowait(WatchEvent(kind, obj, change))
 
     def close(self) -> None:
         if not self.closed:
