@@ -135,9 +135,15 @@ async def test_a_leader_that_sees_another_holder_steps_down_and_stands_by(client
     alpha = Candidate(client, "alpha")
     try:
         await asyncio.wait_for(alpha.leading.wait(), 5)
-        lease = await client.get(resources.LEASES, NAMESPACE, LEASE)
-        lease["spec"]["holderIdentity"] = "intruder"
-        await client.replace(resources.LEASES, NAMESPACE, lease)
+        while True:  # the leader renews meanwhile: retry our write on conflict
+            lease = await client.get(resources.LEASES, NAMESPACE, LEASE)
+            lease["spec"]["holderIdentity"] = "intruder"
+            try:
+                await client.replace(resources.LEASES, NAMESPACE, lease)
+                break
+            except clients.ApiError as exc:
+                if not exc.conflict:
+                    raise
         await _until(lambda: not alpha.leading.is_set(), 3)
         assert not alpha.elector.is_leader
         # The intruder never renews: alpha takes the lease back after it expires.
