@@ -17,9 +17,10 @@ from typing import Any
 
 from shared.api import jobs
 from shared.bus import records
+from shared.core import naming
 
-LABEL_JOB_NAME = "training.kubeflow.org/job-name"
-LABEL_OPERATOR_NAME = "training.kubeflow.org/operator-name"
+LABEL_JOB_NAME = naming.LABEL_JOB_NAME
+LABEL_OPERATOR_NAME = naming.LABEL_OPERATOR_NAME
 
 KIND_BY_CONTROLLER: dict[str, str] = {cls.CONTROLLER_NAME: kind for kind, cls in jobs.KINDS.items()}
 """Value of the operator-name label → job kind."""
