@@ -793,8 +793,20 @@ class Scheduler:
         # Remembered before writing so that a retry meanwhile does not write it again.
         self._messages[key] = message
         condition = scheduled_condition("False", "Unschedulable", message, now_rfc3339(time.time()))
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+        # One merge patch of the status against the version seen (409 if it is stale), rather
+        # than a read and an update: most pods are written only once, here.
+        body = {
+            "metadata": {"resourceVersion": (pod.get("metadata") or {}).get("resourceVersion")},
+            "status": {"conditions": [*conditions, condition]},
+        }
         try:
-            await self._set_condition(*key, condition)
+            try:
+                await self._store.patch("pods", *key, body, "merge", subresource="status")
+            except errors.ApiError as exc:
+                if exc.code != 409:
+                    raise
+                await self._set_condition(*key, condition)
         except errors.ApiError as exc:
             if exc.code != 404:
                 raise
