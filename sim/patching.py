@@ -142,7 +142,9 @@ def json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
     for op in ops:
         if not isinstance(op, dict) or "op" not in op:
             raise errors.bad_request(f"invalid JSON patch operation {op!r}")
-        kind, path = op["op"], op.get("path")
+        kind: Any = op["op"]
+        path: Any = op.get("path")
+        source: Any = op.get("from")
         if kind in ("add", "replace", "test") and "value" not in op:
             raise errors.bad_request(f"missing value in JSON patch operation {kind} {path}")
         if kind == "add":
@@ -152,10 +154,10 @@ def json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
         elif kind == "remove":
             _remove(doc, path)
         elif kind == "move":
-            value = _remove(doc, op.get("from"))
+            value = _remove(doc, source)
             doc = _add(doc, path, value)
         elif kind == "copy":
-            doc = _add(doc, path, deep_copy(_get(doc, op.get("from"))))
+            doc = _add(doc, path, deep_copy(_get(doc, source)))
         elif kind == "test":
             if _get(doc, path) != op["value"]:
                 raise errors.ApiError(422, "Invalid", f"testing value {path} failed: test failed")
@@ -163,7 +165,7 @@ def json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
             raise errors.bad_request(f"Unexpected kind: {kind}")
     if not isinstance(doc, dict):
         raise errors.bad_request("json patch produced a non-object document")
-    return doc  # type: ignore[no-any-return]
+    return doc
 
 
 # --- strategic merge patch ---------------------------------------------------------------------

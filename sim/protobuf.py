@@ -98,11 +98,11 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
         elif kind == "int":
             obj[name] = int(value) if isinstance(value, int) else 0
         elif kind == "strings":
-            obj.setdefault(name, []).append(bytes(value).decode())  # type: ignore[arg-type]
+            obj.setdefault(name, []).append(bytes(value).decode())
         elif kind in ("map", "bytesmap"):
             entry = dict(_fields(value)) if isinstance(value, bytes) else {}
-            key = bytes(entry.get(1, b"")).decode()  # type: ignore[arg-type]
-            raw = bytes(entry.get(2, b""))  # type: ignore[arg-type]
+            key = bytes(entry.get(1, b"")).decode()
+            raw = bytes(entry.get(2, b""))
             obj.setdefault(name, {})[key] = base64.b64encode(raw).decode() if kind == "bytesmap" else raw.decode()
         elif isinstance(kind, tuple):
             obj.setdefault(name, []).append(_message(value, kind[1]))  # type: ignore[arg-type]

@@ -89,10 +89,7 @@ def parse_labels(text: str) -> list[Requirement]:
         if m := _SET.match(part):
             key = _check_key(m.group(1), part)
             values = frozenset(_check_value(v.strip(), part) for v in m.group(3).split(","))
-            if m.group(2) == "in":
-                reqs.append(lambda l, k=key, vs=values: l.get(k) in vs)
-            else:
-                reqs.append(lambda l, k=key, vs=values: l.get(k) not in vs)
+            reqs.append(_in(key, values, m.group(2) == "in"))
         elif m := _CMP.match(part):
             key = _check_key(m.group(1), part)
             op, raw = m.group(2), m.group(3).strip()
@@ -101,23 +98,41 @@ def parse_labels(text: str) -> list[Requirement]:
                     bound = int(raw)
                 except ValueError:
                     raise _bad_label(part, f"for 'Gt', 'Lt' operators, the value must be an integer") from None
-                if op == ">":
-                    reqs.append(lambda l, k=key, b=bound: _int_or_none(l.get(k)) is not None and _int_or_none(l.get(k)) > b)  # type: ignore[operator]
-                else:
-                    reqs.append(lambda l, k=key, b=bound: _int_or_none(l.get(k)) is not None and _int_or_none(l.get(k)) < b)  # type: ignore[operator]
+                reqs.append(_compare(key, bound, op == ">"))
                 continue
             value = _check_value(raw, part)
-            if op == "!=":
-                reqs.append(lambda l, k=key, v=value: l.get(k) != v)
-            else:
-                reqs.append(lambda l, k=key, v=value: l.get(k) == v)
+            reqs.append(_equals(key, value, op != "!="))
         elif part.startswith("!"):
-            key = _check_key(part[1:].strip(), part)
-            reqs.append(lambda l, k=key: k not in l)
+            reqs.append(_exists(_check_key(part[1:].strip(), part), False))
         else:
-            key = _check_key(part, part)
-            reqs.append(lambda l, k=key: k in l)
+            reqs.append(_exists(_check_key(part, part), True))
     return reqs
+
+
+def _in(key: str, values: frozenset[str], inside: bool) -> Requirement:
+    return lambda labels: (labels.get(key) in values) == inside
+
+
+def _equals(key: str, value: str, equal: bool) -> Requirement:
+    return lambda labels: (labels.get(key) == value) == equal
+
+
+def _exists(key: str, exists: bool) -> Requirement:
+    return lambda labels: (key in labels) == exists
+
+
+def _compare(key: str, bound: int, greater: bool) -> Requirement:
+    def check(labels: dict[str, Any]) -> bool:
+        number = _int_or_none(labels.get(key))
+        if number is None:
+            return False
+        return number > bound if greater else number < bound
+
+    return check
+
+
+def _field(path: str, value: str, equal: bool) -> Requirement:
+    return lambda obj: (field_value(obj, path) == value) == equal
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -155,8 +170,5 @@ def parse_fields(text: str) -> list[Requirement]:
         if not m:
             raise errors.bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         path, op, value = m.group(1), m.group(2), m.group(3).strip()
-        if op == "!=":
-            reqs.append(lambda o, p=path, v=value: field_value(o, p) != v)
-        else:
-            reqs.append(lambda o, p=path, v=value: field_value(o, p) == v)
+        reqs.append(_field(path, value, op != "!="))
     return reqs

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import collections
 import datetime
 import json
@@ -237,7 +238,7 @@ class Store:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> tuple[list[Obj], str]:
+    ) -> tuple[builtins.list[Obj], str]:
         items, rv, _, _ = self.list_page(resource, namespace, label_selector, field_selector)
         return [patching.deep_copy(i) for i in items], rv
 
@@ -313,7 +314,7 @@ class Store:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
-    ) -> tuple[list[Obj], str, str | None, int | None]:
+    ) -> tuple[builtins.list[Obj], str, str | None, int | None]:
         """Stored objects (do not mutate) in (namespace, name) order: items, list rv, continue, remaining."""
         res = self.resource(resource)
         selector = selectors.parse(label_selector, field_selector)
@@ -327,7 +328,7 @@ class Store:
             keys = [k for k in keys if k[0] == namespace]
         if start is not None:
             keys = [k for k in keys if k > start]
-        items: list[Obj] = []
+        items: builtins.list[Obj] = []
         next_token = None
         remaining = None
         for n, key in enumerate(keys):
@@ -444,7 +445,7 @@ class Store:
         ns = namespace or given or ""
         if not ns:
             raise errors.bad_request("an empty namespace may not be set during creation")
-        return ns  # type: ignore[no-any-return]
+        return ns
 
     def _validate_name(self, res: resources.Resource, name: str, *, generated: bool = False) -> None:
         field = "metadata.generateName" if generated else "metadata.name"
@@ -801,7 +802,7 @@ class Store:
         """(resource, namespace, name) of the object with ``uid``, or None."""
         return self._by_uid.get(uid)
 
-    def dependents(self, uid: str) -> list[tuple[str, str, str]]:
+    def dependents(self, uid: str) -> builtins.list[tuple[str, str, str]]:
         """(resource, namespace, name) of every object with an ownerReference to ``uid``."""
         return sorted(self._dependents.get(uid, ()))
 

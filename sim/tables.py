@@ -114,7 +114,7 @@ def _select(node: Any, index: str) -> list[Any]:
     try:
         if ":" in index:
             parts = [int(p) if p.strip() else None for p in index.split(":")]
-            return node[slice(*parts)]  # type: ignore[no-any-return]
+            return node[slice(*parts)]
         i = int(index)
     except ValueError:
         return []
