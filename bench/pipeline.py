@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import math
 import pathlib
 import time
 from typing import Any
@@ -111,7 +112,7 @@ def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

@@ -1,0 +1,171 @@
+"""The local stack (kto/stack.py), ``kto up`` and ``kto demo`` against the real broker and sims."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from kto import stack
+from kto.commands import up
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+KUBECTL = REPO / ".venv" / "bin" / "kubectl"
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """The pids among ``pids`` that are still running (zombies count as gone)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def _kubectl(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _kto(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kto", *args]
+
+
+async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_path: pathlib.Path) -> None:
+    settings = stack.StackSettings(state_dir=tmp_path / "state", clusters=2, reconcilers=1, status_workers=1,
+                                   partitions=4)
+    async with stack.Stack(settings) as running:
+        pids = running.pids()
+        # broker + Tansu, 2 sims, 2 watchers, 1 reconciler, 1 status worker
+        assert len(pids) >= 8
+        assert _alive(pids) == pids
+
+        config = yaml.safe_load(running.kubeconfig.read_text())
+        assert [c["name"] for c in config["contexts"]] == ["kto-1", "kto-2"]
+        assert config["current-context"] == "kto-1"
+        assert set(running.sim_urls) == {"kto-1", "kto-2"}
+        assert running.bootstrap.startswith("127.0.0.1:")
+
+        for context in ("kto-1", "kto-2"):
+            for plural in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"):
+                result = _kubectl(running.kubeconfig, "--context", context, "get", plural)
+                assert result.returncode == 0, result.stderr
+
+        with pytest.raises(stack.StackError, match="in use by a running kto stack"):
+            async with stack.Stack(settings):
+                pass
+        second = subprocess.run(_kto("up", "--state-dir", str(settings.state_dir)),
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2
+        assert "in use by a running kto stack" in second.stderr
+        assert running.exits() == []
+
+    assert _alive(pids) == set()
+    # The directory is free again.
+    assert (settings.state_dir / "logs" / "broker.log").exists()
+    assert sorted(p.name for p in (settings.state_dir / "logs").iterdir()) == [
+        "broker.log", "reconciler-1.log", "sim-kto-1.log", "sim-kto-2.log", "status-1.log",
+        "watcher-kto-1.log", "watcher-kto-2.log",
+    ]
+
+
+def test_kto_up_prints_ready_and_stops_on_sigterm(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    process = subprocess.Popen(_kto("up", "--state-dir", str(state), "--partitions", "4"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    watchdog = threading.Timer(90, process.terminate)  # a hung `kto up` must not hang the suite
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith(f"ready kubeconfig={state.resolve() / 'kubeconfig'} bootstrap=127.0.0.1:"), (
+            first + (process.stderr.read() if process.poll() is not None and process.stderr else ""))
+        assert "kubectl --kubeconfig" in process.stdout.readline()
+        children = stack.descendants(process.pid)
+        assert len(children) >= 5
+        result = _kubectl(state / "kubeconfig", "get", "pytorchjobs")
+        assert result.returncode == 0, result.stderr
+        shown: list[str] = []
+        while "(no jobs yet)\n" not in shown and process.poll() is None:
+            shown.append(process.stdout.readline())
+        assert "(no jobs yet)\n" in shown, shown
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            process.terminate()  # `kto up` stops its children on SIGTERM
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    assert process.returncode == 0
+    assert "stopped" in rest
+    deadline = time.monotonic() + 5
+    while _alive(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive(children) == set()
+
+
+def test_kto_demo_runs_the_job_to_succeeded_in_well_under_a_minute(tmp_path: pathlib.Path) -> None:
+    started = time.monotonic()
+    result = subprocess.run(_kto("demo", "--state-dir", str(tmp_path / "demo")),
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PyTorchJob pytorch-demo: Succeeded" in result.stdout
+    assert "decision     child_created    Pod/pytorch-demo-worker-1" in result.stdout
+    assert "all pods created (last child_created)" in result.stdout
+    assert "not in the history" not in result.stdout
+    assert took < 60
+
+
+@pytest.mark.parametrize(("api_latency_ms", "faults", "expected"), [
+    pytest.param(0, "", "", id="no faults"),
+    pytest.param(20, "", "latency=*:20ms", id="latency only"),
+    pytest.param(2.5, "error_rate=0.1", "latency=*:2.5ms;error_rate=0.1", id="latency and more faults"),
+])
+def test_the_sims_get_the_latency_as_a_fault_spec(api_latency_ms: float, faults: str, expected: str) -> None:
+    settings = stack.StackSettings(api_latency_ms=api_latency_ms, faults=faults)
+    assert settings.fault_spec == expected
+
+
+def test_settings_refuse_an_empty_pipeline() -> None:
+    with pytest.raises(stack.StackError, match="reconcilers must be at least 1"):
+        stack.StackSettings(reconcilers=0)
+
+
+@pytest.mark.parametrize(("seconds", "age"), [
+    pytest.param(5, "5s", id="seconds"),
+    pytest.param(185, "3m5s", id="minutes and seconds"),
+    pytest.param(900, "15m", id="minutes"),
+    pytest.param(7500, "2h5m", id="hours"),
+])
+def test_ages_read_as_kubectl_prints_them(seconds: float, age: str) -> None:
+    assert up._age(seconds) == age
+
+
+def test_the_jobs_table_pads_columns() -> None:
+    table = up.format_table([["CLUSTER", "NAME", "STATE"], ["kto-1", "a-long-name", "Running"]])
+    assert table.splitlines() == ["CLUSTER   NAME          STATE", "kto-1     a-long-name   Running"]
+
+
+def test_one_descendant_tree_is_found_from_proc() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in stack.descendants(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
