@@ -28,7 +28,9 @@ label `scheduling.x-k8s.io/pod-group` (scheduler-plugins) belongs to that
 PodGroup of its namespace. Its pending pods are bound together only when at
 least `spec.minMember` members are pending or bound and all pending ones fit
 at once; otherwise none is, and each gets `PodScheduled=False`. A pod whose
-PodGroup does not exist waits, as with both real schedulers.
+PodGroup does not exist waits, as with both real schedulers. A pod with
+`spec.schedulingGates` waits (PodScheduled=False, reason SchedulingGated)
+until its gates are removed.
 """
 
 from __future__ import annotations
@@ -322,6 +324,15 @@ def plan_gang(
     return GangPlan(placements, "")
 
 
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+"""kube's PodScheduled message for a pod with spec.schedulingGates."""
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """True when the pod has scheduling gates (spec.schedulingGates, e.g. Kueue's): it waits."""
+    return bool((pod.get("spec") or {}).get("schedulingGates"))
+
+
 def pod_group_ref(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(PodGroup resource, name) a pod belongs to, or None for a pod outside any gang."""
     metadata = pod.get("metadata") or {}
@@ -494,6 +505,8 @@ class Scheduler:
         self._requests: dict[Key, quantities.Resources] = {}
         self._unschedulable: set[Key] = set()
         self._assumed: set[Key] = set()
+        self._gated: set[Key] = set()
+        """Pending pods with scheduling gates: not scheduled until the gates are removed."""
         """Bound by us, the watch not yet showing spec.nodeName: older events must not undo it."""
         self._messages: dict[Key, str] = {}
         """The Unschedulable message last written (or seen) per pending pod."""
@@ -594,6 +607,7 @@ class Scheduler:
             self._pending.pop(key, None)
             self._unschedulable.discard(key)
             self._messages.pop(key, None)
+            self._gated.discard(key)
         old = self._bound.get(key)
         if old is not None and (terminated or node != old.node):
             self._bound.pop(key)
@@ -619,8 +633,16 @@ class Scheduler:
         self._pending[key] = pod
         if key not in self._messages:
             current = get_condition(pod, "PodScheduled")
-            if current is not None and current.get("reason") == "Unschedulable":
+            if current is not None and current.get("reason") in ("Unschedulable", "SchedulingGated"):
                 self._messages[key] = str(current.get("message") or "")
+        if is_gated(pod):
+            if key not in self._gated:
+                self._gated.add(key)
+                self._enqueue(key)
+            return
+        if key in self._gated:
+            self._gated.discard(key)
+            self._enqueue(key)
         if kind == "ADDED" or key not in self._unschedulable:
             self._enqueue(key)
 
@@ -693,6 +715,10 @@ class Scheduler:
         pod = self._pending.get(key)
         if pod is None:
             return
+        if key in self._gated:
+            await self._mark_unschedulable(key, pod, GATED_MESSAGE, reason="SchedulingGated")
+            self._unschedulable.discard(key)
+            return
         ref = pod_group_ref(pod)
         usages = [self._usages[name] for name in sorted(self._usages)]
         if ref is None:
@@ -716,7 +742,7 @@ class Scheduler:
         bound = 0
         for member in members:
             mkey = _key(member)
-            if mkey in self._pending:
+            if mkey in self._pending and mkey not in self._gated:
                 pending.append((self._pending[mkey], self._request(mkey, self._pending[mkey])))
             elif mkey in self._bound:
                 bound += 1
@@ -786,13 +812,15 @@ class Scheduler:
                     raise
         log.warning("sim scheduler: gave up setting %s on pod %s/%s after conflicts", condition["type"], namespace, name)
 
-    async def _mark_unschedulable(self, key: Key, pod: dict[str, Any], message: str) -> None:
+    async def _mark_unschedulable(
+        self, key: Key, pod: dict[str, Any], message: str, reason: str = "Unschedulable"
+    ) -> None:
         self._unschedulable.add(key)
         if self._messages.get(key) == message:
             return
         # Remembered before writing so that a retry meanwhile does not write it again.
         self._messages[key] = message
-        condition = scheduled_condition("False", "Unschedulable", message, now_rfc3339(time.time()))
+        condition = scheduled_condition("False", reason, message, now_rfc3339(time.time()))
         conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
         # One merge patch of the status against the version seen (409 if it is stale), rather
         # than a read and an update: most pods are written only once, here.

@@ -435,3 +435,18 @@ async def test_a_coscheduling_gang_is_bound_together() -> None:
                     break
                 await asyncio.sleep(0.01)
         assert (status["succeeded"], status["failed"]) == (2, 0)
+
+
+async def test_a_gated_pod_waits_until_its_gates_are_removed() -> None:
+    async with running() as cluster:
+        await cluster.create("gated", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+        pod = await cluster.wait("gated", lambda p: bool(p["status"].get("conditions")))
+        scheduled = condition(pod, "PodScheduled")
+        assert (scheduled["reason"], scheduled["message"]) == (
+            "SchedulingGated",
+            "Scheduling is blocked due to non-empty scheduling gates",
+        )
+        await asyncio.sleep(0.1)
+        assert not (await cluster.pod("gated"))["spec"].get("nodeName")
+        await cluster.store.patch("pods", "default", "gated", {"spec": {"schedulingGates": None}}, "merge")
+        assert phase(await cluster.wait("gated", terminal)) == "Succeeded"
