@@ -636,7 +636,6 @@ class Server:
         if drop is not None and drop < duration:
             duration = drop
             response.kto_fault = "watch_drop"  # type: ignore[attr-defined]
-        deadline = time.monotonic() + duration
         columns_sent = False
         include = query.get("includeObject", "Metadata")
         plain = not accept.table and len(res.versions) == 1
@@ -665,35 +664,50 @@ class Server:
                 "metadata": {"resourceVersion": self.store.resource_version,
                              "annotations": {"k8s.io/initial-events-end": "true"}},
             }))
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            watch.close()
+
+        # A timer ends the stream (closing the watch queues its end marker), so the loop below
+        # needs no per-event timeout task.
+        timer = asyncio.get_running_loop().call_later(duration, expire)
         try:
             while not self._stopping.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    event = await asyncio.wait_for(watch.__anext__(), left)
-                except (TimeoutError, StopAsyncIteration):
-                    break
+                if watch.queue.empty():
+                    try:
+                        event = await watch.__anext__()
+                    except StopAsyncIteration:
+                        break
+                else:
+                    queued = watch.queue.get_nowait()
+                    if queued is None:
+                        break
+                    event = queued
                 if event.type == "BOOKMARK" and not bookmarks and not initial:
                     continue
                 chunk = [encode(event)]
                 columns_sent = True
+                ended = False
                 while not watch.queue.empty() and len(chunk) < 256:
                     # Drain what is already queued into one write.
                     more = watch.queue.get_nowait()
                     if more is None:
-                        watch.closed = True
+                        ended = True
                         break
                     chunk.append(encode(more))
                 await response.write(b"\n".join(chunk) + b"\n")
-                if drop is not None and duration == drop and time.monotonic() >= deadline:
+                if ended:
                     break
         except (ConnectionResetError, ConnectionError):
             return response
         finally:
+            timer.cancel()
             watch.close()
             self.open_watches -= 1
-        if drop is not None and duration == drop and time.monotonic() >= deadline:
+        if expired and drop is not None and duration == drop:
             self.faults.counts["watch_drop"] += 1
         try:
             await response.write_eof()
