@@ -443,3 +443,10 @@ async def test_a_gated_pod_waits_until_its_gates_are_removed(cluster: Cluster) -
     assert not (await cluster.pod("gated"))["spec"].get("nodeName")
     await cluster.store.patch("pods", "default", "gated", {"spec": {"schedulingGates": None}}, "merge")
     assert phase(await cluster.wait("gated", terminal)) == "Succeeded"
+
+
+async def test_a_pod_with_a_bad_sim_annotation_fails_to_start(cluster: Cluster) -> None:
+    await cluster.create("typo", annotations={"sim.kto.dev/duration": "soon"})
+    pod = await cluster.wait("typo", terminal)
+    assert (phase(pod), pod["status"]["reason"]) == ("Failed", "StartError")
+    assert "invalid duration 'soon'" in pod["status"]["message"]
