@@ -121,7 +121,7 @@ async def _server(url_or_cluster: str | sim_cluster.Cluster | None, separate_pro
 class _Watcher:
     """One watch of the namespace's pods, recording the delay of each ADDED event."""
 
-    def __init__(self, api: client.CoreV1Api, namespace: str, version: str) -> None:
+    def __init__(self, api: Any, namespace: str, version: str) -> None:
         self._api = api
         self._namespace = namespace
         self._version = version
@@ -163,7 +163,7 @@ class _Watcher:
             await self._changed.wait()
 
 
-async def _create(api: client.CoreV1Api, namespace: str, body: dict[str, Any]) -> None:
+async def _create(api: Any, namespace: str, body: dict[str, Any]) -> None:
     response = await api.create_namespaced_pod(namespace, body, _preload_content=False)
     payload = await response.read()
     if response.status >= 300:
@@ -190,7 +190,8 @@ async def measure(
         configuration = client.Configuration(host=url)
         configuration.connection_pool_maxsize = concurrency + watchers + 4
         async with client.ApiClient(configuration) as api_client:
-            api = client.CoreV1Api(api_client)
+            # Any: with _preload_content=False the calls return raw responses, not the typed models.
+            api: Any = client.CoreV1Api(api_client)
             namespace = f"bench-{uuid.uuid4().hex[:8]}"
             response = await api.create_namespace(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, _preload_content=False
@@ -210,7 +211,7 @@ async def measure(
 
 
 async def _run(
-    api: client.CoreV1Api, namespace: str, creates: int, concurrency: int, watchers: int, mode: str, url: str
+    api: Any, namespace: str, creates: int, concurrency: int, watchers: int, mode: str, url: str
 ) -> dict[str, Any]:
     listed = await api.list_namespaced_pod(namespace, _preload_content=False)
     version = json.loads(await listed.read())["metadata"]["resourceVersion"]
