@@ -117,7 +117,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 async def measure_create_ceiling(
-    kubeconfig: pathlib.Path, context: str | None, *, creates: int = 400, concurrency: int = 16, namespace: str = "ceiling",
+    kubeconfig: pathlib.Path, context: str | None, *, creates: int = 400, concurrency: int = 16, namespace: str = "default",
 ) -> float:
     """Pods per second one API server creates for ``concurrency`` clients POSTing as fast as they can."""
     body = job_manifest("x", namespace, 1, "3600s")["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
@@ -138,9 +138,12 @@ async def measure_create_ceiling(
 
     async with await clients.KubeClient.connect(kubeconfig, context) as client:
         started = time.monotonic()
-        async with asyncio.TaskGroup() as group:
-            for n in range(concurrency):
-                group.create_task(creating(client), name=f"bench-ceiling-{n}")
+        try:
+            async with asyncio.TaskGroup() as group:
+                for n in range(concurrency):
+                    group.create_task(creating(client), name=f"bench-ceiling-{n}")
+        except* clients.ApiError as failed:
+            raise BenchError(f"measuring the create ceiling: {failed.exceptions[0]}") from None
         return creates / (time.monotonic() - started)
 
 
@@ -298,30 +301,10 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
     kube = {c: await clients.KubeClient.connect(target.kubeconfig, c) for c in target.contexts}
     try:
         log_start = {c: (await _request_log(kube[c], 1 << 62))[1] for c in target.contexts}
-        async with asyncio.TaskGroup() as group:
-            watches = []
-            for context, client in kube.items():
-                watches.append(group.create_task(
-                    _watching(client, resources.PODS, settings.namespace, on_pod(context), stop),
-                    name=f"bench-watch-pods-{context}"))
-                watches.append(group.create_task(
-                    _watching(client, PYTORCHJOBS, settings.namespace, on_job(context), stop),
-                    name=f"bench-watch-jobs-{context}"))
-            await asyncio.sleep(0.3)  # let the watches start before the first job
-            started = time.monotonic()
-            submitting = group.create_task(_submitting(kube, jobs, settings, started), name="bench-submit")
-            timed_out = False
-            try:
-                await asyncio.wait_for(all_done.wait(), settings.timeout)
-            except TimeoutError:
-                timed_out = True
-                submitting.cancel()
-            else:
-                await submitting
-                await asyncio.sleep(settings.settle)
-            stop.set()
-            for watch in watches:
-                watch.cancel()
+        try:
+            started, timed_out = await _follow(kube, jobs, settings, on_pod, on_job, all_done, stop)
+        except* clients.ApiError as failed:
+            raise BenchError(f"the benchmark's API calls failed: {failed.exceptions[0]}") from None
         if timed_out:
             stuck = sorted(f"{c}/{n}" for c, n in remaining)
             raise BenchError(f"{len(remaining)} of {settings.jobs} jobs did not succeed within "
@@ -335,9 +318,10 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
                 verb, resource = entry.get("verb"), str(entry.get("resource") or "")
                 if verb not in WRITE_VERBS:
                     continue
-                if resource == PYTORCHJOBS.plural and verb == "create":
+                plural = resource.split(".")[0]  # the sim logs "plural.group" for grouped kinds
+                if plural == PYTORCHJOBS.plural and verb == "create" and not entry.get("subresource"):
                     continue  # the benchmark's own submissions
-                if resource == resources.LEASES.plural:
+                if plural == resources.LEASES.plural:
                     lease_writes += 1
                     continue
                 sub = entry.get("subresource")
@@ -346,6 +330,41 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
         for client in kube.values():
             await asyncio.shield(client.close())
     return Result(settings, len(target.contexts), started, finished, jobs, writes, lease_writes)
+
+
+async def _follow(
+    kube: dict[str, clients.KubeClient], jobs: dict[tuple[str, str], _Job], settings: PipelineSettings,
+    on_pod: Any, on_job: Any, all_done: asyncio.Event, stop: asyncio.Event,
+) -> tuple[float, bool]:
+    """Watch pods and jobs of every cluster, submit the jobs, wait for all to succeed.
+
+    Returns when the first job was submitted and whether time ran out.
+    """
+    async with asyncio.TaskGroup() as group:
+        watches = []
+        for context, client in kube.items():
+            watches.append(group.create_task(
+                _watching(client, resources.PODS, settings.namespace, on_pod(context), stop),
+                name=f"bench-watch-pods-{context}"))
+            watches.append(group.create_task(
+                _watching(client, PYTORCHJOBS, settings.namespace, on_job(context), stop),
+                name=f"bench-watch-jobs-{context}"))
+        await asyncio.sleep(0.3)  # let the watches start before the first job
+        started = time.monotonic()
+        submitting = group.create_task(_submitting(kube, jobs, settings, started), name="bench-submit")
+        timed_out = False
+        try:
+            await asyncio.wait_for(all_done.wait(), settings.timeout)
+        except TimeoutError:
+            timed_out = True
+            submitting.cancel()
+        else:
+            await submitting
+            await asyncio.sleep(settings.settle)
+        stop.set()
+        for watch in watches:
+            watch.cancel()
+    return started, timed_out
 
 
 def _at_least(phase: str, wanted: str) -> bool:
