@@ -253,6 +253,10 @@ class Server:
             if method in ("PUT", "PATCH") and route.name is None:
                 raise errors.method_not_allowed()
 
+        if query.get("dryRun") and route.verb in ("update", "patch", "delete", "deletecollection"):
+            raise errors.bad_request(
+                f"dryRun is not supported for {route.verb} by the kto local cluster; drop --dry-run=server"
+            )
         fault = await self._inject(route)
         if fault is not None:
             return _status_response(fault[1]), fault[0]
