@@ -133,17 +133,10 @@ class _Watcher:
         self.events = 0
         self._changed = asyncio.Event()
 
-    def _list(self, *args: Any, **kwargs: Any) -> Any:
-        # kubernetes-asyncio sends `watch=True`; the local server (as of this writing) only
-        # takes "true" / "1", while kube-apiserver parses the flag like Go's ParseBool.
-        if kwargs.get("watch") is True:
-            kwargs["watch"] = "true"
-        return self._api.list_namespaced_pod(*args, **kwargs)
-
     async def run(self) -> None:
         stream = watch.Watch(return_type="object")
         async with stream:
-            async for event in stream.stream(self._list, self._namespace, resource_version=self._version):
+            async for event in stream.stream(self._api.list_namespaced_pod, self._namespace, resource_version=self._version):
                 received = time.time()
                 self.events += 1
                 obj = event["raw_object"]
