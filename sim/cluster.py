@@ -59,6 +59,9 @@ class Admin:
     async def fail_node(self, name: str) -> None:
         await self._cluster.kubelet.fail_node(name)
 
+    async def recover_node(self, name: str) -> None:
+        await self._cluster.kubelet.recover_node(name)
+
     async def evict(self, namespace: str, name: str) -> None:
         await self._cluster.server.evict(namespace, name)
 

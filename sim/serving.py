@@ -515,8 +515,16 @@ class Server:
 
     async def _pod_log(self, request: web.Request, route: Route) -> web.StreamResponse:
         assert route.name is not None and route.namespace is not None
-        self.store._get("pods", route.namespace, route.name)
+        pod = self.store._get("pods", route.namespace, route.name)
         query = request.query
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+        container = query.get("container")
+        if container and container not in names:
+            raise errors.bad_request(f"container {container} is not valid for pod {route.name}")
+        if not container and len(names) > 1:
+            raise errors.bad_request(
+                f"a container name must be specified for pod {route.name}, choose one of: [{' '.join(map(str, names))}]"
+            )
         tail = _int_param(query, "tailLines")
 
         def text() -> str:
@@ -754,6 +762,13 @@ class Server:
             await self.kubelet.fail_node(parts[1])
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
                           "message": f"node {parts[1]} failed"})
+        if len(parts) == 3 and parts[0] == "nodes" and parts[2] == "recover" and method == "POST":
+            self.store._get("nodes", None, parts[1])
+            if self.kubelet is None:
+                raise errors.ApiError(503, "ServiceUnavailable", "the local cluster runs no kubelet")
+            await self.kubelet.recover_node(parts[1])
+            return _json({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+                          "message": f"node {parts[1]} recovered"})
         if len(parts) == 4 and parts[0] == "pods" and parts[3] == "evict" and method == "POST":
             await self.evict(parts[1], parts[2])
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,

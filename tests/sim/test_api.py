@@ -300,5 +300,28 @@ async def test_admin_endpoints(sim_cluster: sim_cluster.Cluster) -> None:
     assert stats["faults"]["spec"] == "latency=get:1ms" and stats["objects"]["nodes"] == 4
     code, _, _ = await call(sim_cluster, "POST", "/admin/nodes/sim-node-0/fail")
     assert code == 200
+    node = sim_cluster.store.peek("nodes", None, "sim-node-0")
+    assert any(t.get("key") == "node.kubernetes.io/unreachable" for t in node["spec"].get("taints") or [])
+    code, _, _ = await call(sim_cluster, "POST", "/admin/nodes/sim-node-0/recover")
+    assert code == 200
     code, _, _ = await call(sim_cluster, "POST", "/admin/nodes/no-such-node/fail")
     assert code == 404
+
+
+async def test_logs_of_a_pod_with_several_containers_need_a_container(sim_cluster: sim_cluster.Cluster) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "two"},
+           "spec": {"containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}}
+    await call(sim_cluster, "POST", "/api/v1/namespaces/default/pods", pod)
+    code, status, _ = await call(sim_cluster, "GET", "/api/v1/namespaces/default/pods/two/log")
+    assert code == 400 and "choose one of: [a b]" in status["message"]
+    code, _, _ = await call(sim_cluster, "GET", "/api/v1/namespaces/default/pods/two/log?container=b", raw=True)
+    assert code == 200
+
+
+async def test_a_table_watch_streams_rows(sim_cluster: sim_cluster.Cluster) -> None:
+    sim_cluster.store._create("configmaps", {"metadata": {"name": "c"}}, "default")
+    code, text, _ = await call(sim_cluster, "GET", "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
+                               headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}, raw=True)
+    event = json.loads(text.splitlines()[0])
+    assert event["type"] == "ADDED" and event["object"]["kind"] == "Table"
+    assert event["object"]["rows"][0]["cells"][0] == "c"
