@@ -549,8 +549,8 @@ class Server:
                 if len(current) > sent:
                     await response.write(current[sent:].encode())
                     sent = len(current)
-                pod = self.store.peek("pods", route.namespace, route.name)
-                if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                latest = self.store.peek("pods", route.namespace, route.name)
+                if latest is None or (latest.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     current = text()
                     if len(current) > sent:
                         await response.write(current[sent:].encode())
