@@ -151,3 +151,69 @@ def openapi_v3_group_version(kinds: list[resources.Resource], group: str, versio
         return None
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes (kto sim)", "version": VERSION["gitVersion"]},
             "paths": paths, "components": {"schemas": {}}}
+
+
+AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+"""Content type of an aggregated discovery answer (what client-go checks before parsing it)."""
+
+
+def wants_aggregated(accept: str) -> bool:
+    """Whether the Accept header asks for apidiscovery.k8s.io/v2 (as kubectl 1.26+ does first)."""
+    for part in accept.split(","):
+        params = {p.strip().partition("=")[0]: p.strip().partition("=")[2] for p in part.split(";")[1:]}
+        if params.get("g") == "apidiscovery.k8s.io" and params.get("v") == "v2" and params.get("as") == "APIGroupDiscoveryList":
+            return True
+    return False
+
+
+def _gvk(group: str, version: str, kind: str) -> Obj:
+    return {"group": group, "version": version, "kind": kind}
+
+
+def _aggregated_resource(res: resources.Resource, version: str) -> Obj:
+    entry: Obj = {
+        "resource": res.plural,
+        "responseKind": _gvk(res.group, version, res.kind),
+        "scope": "Namespaced" if res.namespaced else "Cluster",
+        "singularResource": res.singular,
+        "verbs": list(resources.ALL_VERBS),
+    }
+    if res.short_names:
+        entry["shortNames"] = list(res.short_names)
+    if res.categories:
+        entry["categories"] = list(res.categories)
+    subresources: list[Obj] = []
+    if res.status_subresource:
+        subresources.append({"subresource": "status", "responseKind": _gvk(res.group, version, res.kind),
+                             "verbs": list(resources.SUB_VERBS)})
+    if res.scale:
+        subresources.append({"subresource": "scale", "responseKind": _gvk("autoscaling", "v1", "Scale"),
+                             "verbs": list(resources.SUB_VERBS)})
+    if res.key == "pods":
+        for sub, sub_group, sub_version, kind, verbs in _POD_SUBRESOURCES:
+            subresources.append({"subresource": sub, "responseKind": _gvk(sub_group, sub_version, kind),
+                                 "verbs": list(verbs)})
+    if subresources:
+        entry["subresources"] = subresources
+    return entry
+
+
+def aggregated(kinds: list[resources.Resource], core: bool) -> Obj:
+    """The APIGroupDiscoveryList of ``/api`` (core) or ``/apis`` (every named group)."""
+    by_group: dict[str, dict[str, list[Obj]]] = {}
+    for res in sorted(kinds, key=lambda r: r.plural):
+        if bool(res.group) == core:
+            continue
+        versions = by_group.setdefault(res.group, {})
+        for version in res.versions:
+            versions.setdefault(version, []).append(_aggregated_resource(res, version))
+    order = groups(kinds)
+    items = []
+    for group in sorted(by_group):
+        preferred = order.get(group, list(by_group[group]))
+        ordered = sorted(by_group[group], key=lambda v: preferred.index(v) if v in preferred else len(preferred))
+        items.append({
+            "metadata": {"name": group} if group else {},
+            "versions": [{"version": v, "resources": by_group[group][v], "freshness": "Current"} for v in ordered],
+        })
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}

@@ -173,6 +173,9 @@ class Server:
     async def _dispatch(self, request: web.Request, route: Route) -> tuple[web.StreamResponse, str | None]:
         parts = [p for p in request.path.split("/") if p]
         head = parts[0] if parts else ""
+        if head in ("api", "apis") and len(parts) == 1 and discovery.wants_aggregated(request.headers.get("Accept", "")):
+            body = discovery.aggregated(self.store.kinds(), core=head == "api")
+            return web.Response(body=_dumps(body), headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE}), None
         if head == "api":
             if len(parts) == 1:
                 return _json(discovery.api_versions(f"{self.host}:{self.port}")), None
@@ -182,10 +185,10 @@ class Server:
             if len(parts) == 1:
                 return _json(discovery.api_group_list(kinds)), None
             if len(parts) == 2:
-                body = discovery.api_group(kinds, parts[1])
-                if body is None:
+                group = discovery.api_group(kinds, parts[1])
+                if group is None:
                     raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
-                return _json(body), None
+                return _json(group), None
             return await self._api(request, route, parts[1], parts[2], parts[3:])
         if head == "admin":
             return await self._admin(request, parts[1:]), None

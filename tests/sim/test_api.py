@@ -325,3 +325,16 @@ async def test_a_table_watch_streams_rows(sim_cluster: sim_cluster.Cluster) -> N
     event = json.loads(text.splitlines()[0])
     assert event["type"] == "ADDED" and event["object"]["kind"] == "Table"
     assert event["object"]["rows"][0]["cells"][0] == "c"
+
+
+async def test_aggregated_discovery_is_offered_to_clients_that_ask(sim_cluster: sim_cluster.Cluster) -> None:
+    accept = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+              "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")
+    code, body, headers = await call(sim_cluster, "GET", "/apis", headers={"Accept": accept})
+    assert code == 200 and headers["Content-Type"].startswith("application/json;g=apidiscovery.k8s.io;v=v2")
+    batch = next(i for i in body["items"] if i["metadata"].get("name") == "batch")
+    job = batch["versions"][0]["resources"][0]
+    assert (job["resource"], job["scope"], job["responseKind"]["kind"]) == ("jobs", "Namespaced", "Job")
+    _, core, _ = await call(sim_cluster, "GET", "/api", headers={"Accept": accept})
+    pods = next(r for r in core["items"][0]["versions"][0]["resources"] if r["resource"] == "pods")
+    assert {s["subresource"] for s in pods["subresources"]} == {"status", "log", "eviction", "binding"}
