@@ -201,9 +201,9 @@ class Server:
             if len(parts) == 2:
                 return _json(discovery.openapi_v3_root(kinds)), None
             rest = parts[2:]
-            group, version = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (
+            gv_group, version = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (
                 (rest[1], rest[2]) if rest[0] == "apis" and len(rest) == 3 else ("", ""))
-            doc = discovery.openapi_v3_group_version(kinds, group, version) if version else None
+            doc = discovery.openapi_v3_group_version(kinds, gv_group, version) if version else None
             if doc is not None:
                 return _json(doc), None
         if not parts:
