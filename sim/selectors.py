@@ -58,6 +58,14 @@ def _split_top(text: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
+def valid_key(key: str) -> bool:
+    return bool(_KEY.match(key)) and len(key.rpartition("/")[2]) <= 63
+
+
+def valid_value(value: str) -> bool:
+    return bool(_VALUE.match(value)) and len(value) <= 63
+
+
 def _bad_label(text: str, why: str) -> errors.ApiError:
     return errors.bad_request(f'unable to parse requirement: {why}: "{text}"')
 

@@ -471,6 +471,7 @@ class Store:
         else:
             meta = dict(meta)
         obj["metadata"] = meta
+        check_shape(res, obj, str(meta.get("name") or meta.get("generateName") or ""))
         ns = self._namespace_of(res, namespace, meta)
         name = meta.get("name") or ""
         if not name:
@@ -524,8 +525,10 @@ class Store:
         key = res.key
         if res.status_subresource and key != "nodes":
             obj.pop("status", None)
+        if key in ("pods", "services") and not isinstance(obj.get("spec"), dict):
+            obj["spec"] = {}
         if key == "pods":
-            spec = obj.setdefault("spec", {})
+            spec = obj["spec"]
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("schedulerName", "default-scheduler")
             spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -533,7 +536,7 @@ class Store:
             spec.setdefault("serviceAccountName", "default")
             obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
         elif key == "services":
-            spec = obj.setdefault("spec", {})
+            spec = obj["spec"]
             spec.setdefault("type", "ClusterIP")
             spec.setdefault("sessionAffinity", "None")
             if not spec.get("clusterIP"):
@@ -549,7 +552,8 @@ class Store:
         elif key == NAMESPACES:
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
-            labels = obj["metadata"].setdefault("labels", {})
+            labels = obj["metadata"].get("labels") or {}
+            obj["metadata"]["labels"] = labels
             labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
         elif key == CRDS:
             obj["status"] = _crd_status(obj)
@@ -567,6 +571,7 @@ class Store:
         name = meta.get("name") or ""
         if not name:
             raise errors.bad_request("name is required for an update")
+        check_shape(res, obj, str(name))
         ns = (meta.get("namespace") or "") if res.namespaced else ""
         if res.namespaced and not ns:
             raise errors.bad_request("namespace is required for an update")
@@ -605,6 +610,11 @@ class Store:
             meta.pop("selfLink", None)
         else:
             raise errors.ApiError(404, "NotFound", f"the server could not find the requested resource ({subresource})")
+        if subresource is None:
+            check_shape(res, new, old_meta["name"])
+        elif res.builtin and new.get("status") is not None and not isinstance(new.get("status"), dict):
+            raise errors.invalid(res.kind, res.key, old_meta["name"],
+                                 [errors.field_invalid("status", new.get("status"), "must be an object")])
         new["apiVersion"] = new.get("apiVersion") or old.get("apiVersion")
         new["kind"] = new.get("kind") or old.get("kind")
         meta = new["metadata"]
@@ -820,6 +830,67 @@ class Store:
                 yield event
         finally:
             watch.close()
+
+
+_LIST_FIELDS = {"pods": ("containers", "initContainers", "volumes", "tolerations"), "services": ("ports",)}
+
+
+def check_shape(res: resources.Resource, obj: Obj, name: str) -> None:
+    """422 Invalid for metadata (and, for built-in kinds, spec and status) of the wrong JSON types."""
+    causes: list[dict[str, Any]] = []
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        causes.append(errors.field_invalid("metadata", meta, "must be an object"))
+        meta = {}
+    for field in ("name", "generateName", "namespace", "resourceVersion", "uid"):
+        value = meta.get(field)
+        if value is not None and not isinstance(value, str):
+            causes.append(errors.field_invalid(f"metadata.{field}", value, "must be a string"))
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            causes.append(errors.field_invalid(f"metadata.{field}", value, "must be a map of strings to strings"))
+        elif field == "labels":
+            for key, label in value.items():
+                if not selectors.valid_key(key):
+                    causes.append(errors.field_invalid(f"metadata.labels", key, "name part must consist of "
+                                  "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                                  "alphanumeric character"))
+                if not selectors.valid_value(label):
+                    causes.append(errors.field_invalid(f"metadata.labels", label, "a valid label must be an empty "
+                                  "string or consist of alphanumeric characters, '-', '_' or '.', and must start "
+                                  "and end with an alphanumeric character"))
+    finalizers = meta.get("finalizers")
+    if finalizers is not None and (not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers)):
+        causes.append(errors.field_invalid("metadata.finalizers", finalizers, "must be a list of strings"))
+    refs = meta.get("ownerReferences")
+    if refs is not None:
+        if not isinstance(refs, list):
+            causes.append(errors.field_invalid("metadata.ownerReferences", refs, "must be a list"))
+        else:
+            for n, ref in enumerate(refs):
+                if not isinstance(ref, dict):
+                    causes.append(errors.field_invalid(f"metadata.ownerReferences[{n}]", ref, "must be an object"))
+                    continue
+                for field in ("apiVersion", "kind", "name", "uid"):
+                    if not isinstance(ref.get(field), str) or not ref.get(field):
+                        causes.append(errors.field_required(f"metadata.ownerReferences[{n}].{field}",
+                                                            f"{field} must not be empty"))
+    if res.builtin:
+        for field in ("spec", "status"):
+            value = obj.get(field)
+            if value is not None and not isinstance(value, dict):
+                causes.append(errors.field_invalid(field, value, "must be an object"))
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            for field in _LIST_FIELDS.get(res.key, ()):
+                value = spec.get(field)
+                if value is not None and (not isinstance(value, list) or not all(isinstance(i, dict) for i in value)):
+                    causes.append(errors.field_invalid(f"spec.{field}", value, "must be a list of objects"))
+    if causes:
+        raise errors.invalid(res.kind, res.key, name, causes)
 
 
 def _owner_uids(obj: Obj) -> set[str]:

@@ -286,3 +286,28 @@ async def test_creating_in_a_missing_namespace_is_not_found(store: sim_store.Sto
     with pytest.raises(errors.ApiError) as caught:
         await store.create("pods", pod("a"), "nowhere")
     assert caught.value.code == 404 and caught.value.message == 'namespaces "nowhere" not found'
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        pytest.param({"name": "a", "labels": {"app": 1}}, "metadata.labels", id="label value not a string"),
+        pytest.param({"name": "a", "labels": {"bad key!": "x"}}, "metadata.labels", id="label key invalid"),
+        pytest.param({"name": "a", "labels": {"app": "-x-"}}, "metadata.labels", id="label value invalid"),
+        pytest.param({"name": "a", "annotations": ["x"]}, "metadata.annotations", id="annotations not a map"),
+        pytest.param({"name": "a", "finalizers": "x"}, "metadata.finalizers", id="finalizers not a list"),
+        pytest.param({"name": "a", "ownerReferences": [{"name": "o"}]}, "metadata.ownerReferences[0].apiVersion",
+                     id="owner reference incomplete"),
+        pytest.param({"name": 7}, "metadata.name", id="name not a string"),
+    ],
+)
+async def test_malformed_metadata_is_invalid(store: sim_store.Store, metadata: dict[str, Any], field: str) -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        await store.create("configmaps", {"metadata": metadata}, "default")
+    assert caught.value.code == 422 and caught.value.causes and caught.value.causes[0]["field"] == field
+
+
+async def test_a_pod_spec_of_the_wrong_shape_is_invalid(store: sim_store.Store) -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        await store.create("pods", {"metadata": {"name": "p"}, "spec": {"containers": "main"}}, "default")
+    assert caught.value.code == 422 and caught.value.causes[0]["field"] == "spec.containers"
