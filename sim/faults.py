@@ -172,7 +172,11 @@ class Faults:
         self.set(spec)
 
     def set(self, spec: str | FaultSpec) -> FaultSpec:
-        self.spec = parse(spec) if isinstance(spec, str) else spec
+        if isinstance(spec, str):
+            spec = parse(spec)
+        elif not isinstance(spec, FaultSpec):
+            raise FaultSpecError(f"a fault spec is a string, not {type(spec).__name__}")
+        self.spec = spec
         self._rng = random.Random(self.spec.seed)
         self._last_gone = time.monotonic()
         return self.spec

@@ -745,7 +745,7 @@ class Server:
                         parsed = json.loads(raw)
                     except ValueError as exc:
                         raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
-                    text = parsed.get("spec", "") if isinstance(parsed, dict) else str(parsed)
+                    text = parsed.get("spec", "") if isinstance(parsed, dict) else parsed
                 try:
                     self.faults.set(text)
                 except faults.FaultSpecError as exc:

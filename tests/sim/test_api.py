@@ -296,6 +296,8 @@ async def test_admin_endpoints(sim_cluster: sim_cluster.Cluster) -> None:
     assert code == 200 and view["latency"] == {"get": 0.001}
     code, status, _ = await call(sim_cluster, "PUT", "/admin/faults", data="latency=get:1xs")
     assert code == 400 and "1xs" in status["message"]
+    code, status, _ = await call(sim_cluster, "PUT", "/admin/faults", {"spec": 5})
+    assert code == 400 and sim_cluster.admin.fault_spec.latency == {"get": 0.001}
     _, stats, _ = await call(sim_cluster, "GET", "/admin/stats")
     assert stats["faults"]["spec"] == "latency=get:1ms" and stats["objects"]["nodes"] == 4
     code, _, _ = await call(sim_cluster, "POST", "/admin/nodes/sim-node-0/fail")
