@@ -19,7 +19,8 @@ from sim import errors
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, dict[str, Any]], None]
-"""Called with ("ADDED" | "MODIFIED" | "DELETED", object); must not block."""
+"""Called with ("ADDED" | "MODIFIED" | "DELETED", object); must not block, and must not
+change the object: it may be the store's own (never mutated) version."""
 
 RETRY_DELAY = 0.2
 """Seconds before listing again after an error other than 410 Gone."""
@@ -79,7 +80,13 @@ class Informer:
         return str(version)
 
     async def _watch(self, version: str) -> None:
-        watch = self._store.watch(self.resource, resource_version=version, bookmarks=True)
+        open_watch = getattr(self._store, "open_watch", None)
+        if open_watch is not None:
+            # The stored objects themselves, not copies: handlers only read them, and a copy of
+            # every pod event for each in-process controller would cost more than the event.
+            watch = open_watch(self.resource, None, version, None, None, True, copies=False)
+        else:
+            watch = self._store.watch(self.resource, resource_version=version, bookmarks=True)
         try:
             await self._consume(watch)
         finally:
