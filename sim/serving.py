@@ -102,6 +102,7 @@ class Server:
         self.requests: collections.deque[Obj] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.request_count = 0
         self.open_watches = 0
+        self._watches: set[sim_store.Watch] = set()
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -123,6 +124,8 @@ class Server:
 
     async def stop(self) -> None:
         self._stopping.set()
+        for watch in list(self._watches):
+            watch.close()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
@@ -646,6 +649,7 @@ class Server:
             await response.write_eof()
             return response
         self.open_watches += 1
+        self._watches.add(watch)
         duration = float(timeout) if timeout else DEFAULT_WATCH_SECONDS
         drop = self.faults.spec.watch_drop if self.faults.applies(res.key) else None
         if drop is not None and drop < duration:
@@ -718,9 +722,18 @@ class Server:
                     break
         except (ConnectionResetError, ConnectionError):
             return response
+        except Exception as exc:
+            # Headers are sent: the failure can only be reported in the stream.
+            log.exception("watch of %s failed", res.key)
+            failure = errors.internal(f"{type(exc).__name__}: {exc}")
+            try:
+                await response.write(_dumps({"type": "ERROR", "object": failure.status()}) + b"\n")
+            except (ConnectionResetError, ConnectionError):
+                return response
         finally:
             timer.cancel()
             watch.close()
+            self._watches.discard(watch)
             self.open_watches -= 1
         if expired and drop is not None and duration == drop:
             self.faults.counts["watch_drop"] += 1
