@@ -138,7 +138,7 @@ async def _show(running: stack_module.Stack) -> None:
                 print(f"! {ended.name} exited with code {ended.code} (not restarted); "
                       f"last lines of {ended.log}:", flush=True)
                 for line in ended.tail:
-                    print(f"    {line}", flush=True)
+                    print(f"    {line[:240]}", flush=True)
             now = datetime.datetime.now(datetime.UTC)
             rows: list[list[str]] = []
             created: list[datetime.datetime | None] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import signal
@@ -70,6 +71,18 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
         assert second.returncode == 2
         assert "in use by a running kto stack" in second.stderr
         assert running.exits() == []
+
+        reconciler = next(child for child in running.children if child.name == "reconciler-1")
+        assert reconciler.pid is not None
+        os.kill(reconciler.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        ended: list[stack.Exit] = []
+        while not ended and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            ended = running.exits()
+        assert [(e.name, e.code, e.log.name) for e in ended] == [("reconciler-1", -9, "reconciler-1.log")]
+        assert any(line.startswith("ready ") for line in ended[0].tail)
+        assert running.exits() == []  # reported once
 
     assert _alive(pids) == set()
     # The directory is free again.
