@@ -133,16 +133,17 @@ class Server:
     # --- the request log ------------------------------------------------------------------------
 
     def _log(self, route: Route, code: int, started: float, fault: str | None) -> None:
+        elapsed = time.perf_counter() - started
         self.requests.append({
             "index": self.request_count,
-            "time": time.time(),
+            "time": time.time() - elapsed,
             "verb": route.verb,
             "resource": route.resource,
             "subresource": route.subresource,
             "namespace": route.namespace,
             "name": route.name,
             "code": code,
-            "duration": round(time.perf_counter() - started, 6),
+            "duration": round(elapsed, 6),
             "fault": fault,
         })
         self.request_count += 1
