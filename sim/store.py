@@ -797,6 +797,8 @@ class Store:
             if obj is not None:
                 self._remove(info, obj)
         self._objects.pop(info.key, None)
+        for watch in list(self._watchers.get(info.key, ())):
+            watch.close()
         self.unregister(info.key)
 
     # --- for the garbage collector and the admin API ---------------------------------------------
