@@ -6,12 +6,18 @@ service task is cancelled, so its ``async with`` blocks drain and close.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
+import pathlib
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shared.bus.settings import KafkaSettings
 
 
 def configure_logging() -> None:
@@ -47,3 +53,29 @@ def serve(service: Callable[[], Awaitable[None]]) -> int:
     configure_logging()
     asyncio.run(main())
     return 0
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
+    """Arguments every consumer-group worker takes (reconciler, status)."""
+    parser.add_argument(
+        "--kubeconfig", type=pathlib.Path, default=None,
+        help="kubeconfig whose contexts are the clusters (a job key's cluster = context name); "
+        "default: in-cluster config",
+    )
+    parser.add_argument("--group", default=group, help="Kafka consumer group shared by these workers")
+    parser.add_argument("--concurrency", type=int, default=32, help="job keys handled at once")
+
+
+def worker_kafka(args: argparse.Namespace) -> KafkaSettings:
+    """Check the worker arguments and read the Kafka settings from ``KTO_KAFKA_*``."""
+    from kto import cli
+    from shared.bus.settings import KafkaSettings
+
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
+    if args.concurrency < 1:
+        raise cli.UserError("--concurrency must be at least 1")
+    try:
+        return KafkaSettings.from_env()
+    except ValueError as exc:
+        raise cli.UserError(str(exc)) from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import pathlib
 
 HELP = "run a reconciler worker (consumer group kto-reconciler on kto.jobs)"
 
@@ -17,33 +16,21 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig", type=pathlib.Path, default=None,
-        help="kubeconfig whose contexts are the clusters (a job key's cluster = context name); "
-        "default: in-cluster config",
-    )
-    parser.add_argument("--group", default="kto-reconciler", help="Kafka consumer group shared by these workers")
-    parser.add_argument("--concurrency", type=int, default=32, help="job keys reconciled at once")
+    from kto import serving
+
+    serving.add_worker_arguments(parser, group="kto-reconciler")
     add_operator_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from kto import cli, serving
+    from kto import serving
     from services.reconciler import running
     from services.reconciler.settings import ReconcilerSettings
-    from shared.bus.settings import KafkaSettings
     from shared.core.settings import OperatorSettings
 
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
-    if args.concurrency < 1:
-        raise cli.UserError("--concurrency must be at least 1")
-    try:
-        kafka = KafkaSettings.from_env()
-    except ValueError as exc:
-        raise cli.UserError(str(exc)) from None
+    kafka = serving.worker_kafka(args)
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
         concurrency=args.concurrency, group_id=args.group,
