@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kto import serving
 
     serving.add_worker_arguments(parser, group="kto-reconciler")
+    parser.add_argument("--create-concurrency", type=int, default=16,
+                        help="pods and services of one job created at the same time (default 16)")
     add_operator_arguments(parser)
 
 
@@ -30,10 +32,14 @@ def run(args: argparse.Namespace) -> int:
     from services.reconciler.settings import ReconcilerSettings
     from shared.core.settings import OperatorSettings
 
+    from kto import cli
+
     kafka = serving.worker_kafka(args)
+    if args.create_concurrency < 1:
+        raise cli.UserError("--create-concurrency must be at least 1")
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
-        concurrency=args.concurrency, group_id=args.group,
+        concurrency=args.concurrency, group_id=args.group, create_concurrency=args.create_concurrency,
         operator=OperatorSettings(
             gang_scheduler_name=args.gang_scheduler_name,
             pytorch_init_container_image=args.pytorch_init_container_image,

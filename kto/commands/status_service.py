@@ -12,6 +12,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     serving.add_worker_arguments(parser, group="kto-status")
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
+    parser.add_argument(
+        "--write-interval", type=float, default=0.5, metavar="SECONDS",
+        help="least time between two status writes of one job; changes within it are written together "
+        "(default 0.5; 0 writes every change at once)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,9 +24,14 @@ def run(args: argparse.Namespace) -> int:
     from services.status import running
     from services.status.settings import StatusSettings
 
+    from kto import cli
+
     kafka = serving.worker_kafka(args)
+    if not args.write_interval >= 0:
+        raise cli.UserError(f"--write-interval {args.write_interval}: must be a number of seconds ≥ 0")
     settings = StatusSettings(
         kubeconfig=args.kubeconfig, concurrency=args.concurrency, group_id=args.group, record_events=not args.no_events,
+        write_interval=args.write_interval,
     )
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))

@@ -1,7 +1,8 @@
 """The reconciler worker: records of a job key in, API writes and decisions out.
 
 In: records from ``kto.jobs`` (one job key at a time, in log order, via the
-bus's KeyedConsumer). Out: creates, updates and deletes on the job's cluster,
+bus's KeyedConsumer: ``handle`` takes each record into the key's view,
+``settle`` reconciles once per burst). Out: creates, updates and deletes on the job's cluster,
 and a Decision record on ``kto.jobs`` for each of them. The decision itself is
 ``shared.core.reconciling.decide`` (pure); this module keeps each key's view,
 hydrates keys it has not seen, applies the decision idempotently (409
@@ -26,6 +27,9 @@ from services.reconciler.settings import ReconcilerSettings
 log = logging.getLogger(__name__)
 
 VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
+WANTED_DECISIONS = VERDICT_ACTIONS | {"timer_fired"}
+CONCURRENT_KINDS = frozenset({"Pod", "Service"})
+"""Children created concurrently; the others are created first, one by one, in plan order."""
 
 
 def _now() -> dt.datetime:
@@ -47,25 +51,38 @@ class Reconciler:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def handle(self, record: records.Record, parent: otel_context.Context) -> None:
+    def accepts(self, type_tag: str) -> bool:
+        """Which records (by ``kto-type`` header) the reconciler reads: every
+        observation, its own verdicts and timers; not the other decisions."""
+        kind, _, what = type_tag.partition(":")
+        return kind == "observation" or what in WANTED_DECISIONS
+
+    async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
+        """Take one record in (the KeyedConsumer handler); True if it may change the decision."""
         self._loop = asyncio.get_running_loop()
         key = records.JobKey.parse(record.key)
         if key.kind not in jobs.KINDS:
-            return
+            return False
         view = self._views.setdefault(record.key, views.JobView())
         if isinstance(record, records.Decision):
             if record.action in VERDICT_ACTIONS and record.source == "reconciler":
                 view.set_verdict(record.detail.get("uid"), record.reason, record.message)
-            if record.action != "timer_fired":
-                return
-        else:
-            self._observe(view, record)
-            if record.event == "DELETED":
-                self._deleted.pop((record.key, views.child_key(record.object)), None)
+            return record.action == "timer_fired"
+        self._observe(view, record)
+        if record.event == "DELETED":
+            self._deleted.pop((record.key, views.child_key(record.object)), None)
+        return True
+
+    async def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> None:
+        """Reconcile the key once for every record taken in since its last settle."""
+        key = records.JobKey.parse(job_key)
+        view = self._views.get(job_key)
+        if view is None:
+            return
         if not view.hydrated:
             await self._hydrate(key, view)
         if view.job is None:
-            self._forget(record.key)
+            self._forget(job_key)
             return
         await self._reconcile(key, view)
 
@@ -131,8 +148,7 @@ class Reconciler:
             await self._publish_verdict(key, view, decision.verdict, action)
         if decision.plan_error is not None:
             await self._decide(key, view, "child_create_failed", reason="PlanError", message=decision.plan_error)
-        for manifest in decision.creates:
-            await self._create(client, key, view, manifest)
+        await self._create_all(client, key, view, decision.creates)
         for manifest in decision.updates:
             await self._update(client, key, view, manifest)
         for ref in decision.deletes:
@@ -150,33 +166,66 @@ class Reconciler:
         view.set_verdict(uid, verdict.reason, verdict.message)
         await self._decide(key, view, action, reason=verdict.reason, message=verdict.message, detail={"uid": uid})
 
-    async def _decide(
-        self, key: records.JobKey, view: views.JobView, action: str, *, child_kind: str | None = None,
+    def _decision(
+        self, key: records.JobKey, action: str, *, child_kind: str | None = None,
         child_name: str | None = None, reason: str = "", message: str = "", detail: dict[str, Any] | None = None,
         resource_version: str = "", record_id: str | None = None,
-    ) -> None:
+    ) -> records.Decision:
         ids = {"id": record_id} if record_id is not None else {}
-        await self._publisher.publish(
-            records.Decision(
-                **ids, key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
-                message=message, detail=detail or {}, resource_version=resource_version,
-                source="reconciler", instance=self._settings.instance,
-            )
+        return records.Decision(
+            **ids, key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
+            message=message, detail=detail or {}, resource_version=resource_version,
+            source="reconciler", instance=self._settings.instance,
         )
 
-    async def _create(
-        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, manifest: dict[str, Any],
+    async def _decide(
+        self, key: records.JobKey, view: views.JobView, action: str, **fields: Any,
     ) -> None:
-        """Decide, then act: the decision is published first (write-ahead), with an id
-        fixed by (job uid, child), so a worker that dies between the two leaves a log
-        that still names the child, and its successor's repeat is deduplicated."""
-        rt = resources.for_manifest(manifest)
-        name = manifest["metadata"]["name"]
+        await self._publisher.publish(self._decision(key, action, **fields))
+
+    async def _create_all(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView,
+        manifests: list[dict[str, Any]],
+    ) -> None:
+        """Decide, then act: every ``child_created`` decision is published first
+        (write-ahead), with an id fixed by (job uid, child), so a worker that dies
+        between the two leaves a log that still names the child, and its
+        successor's repeat is deduplicated. Children other than pods and services
+        (MPI's ConfigMap, ServiceAccount, Role, RoleBinding) are created first, in
+        plan order, since pods refer to them; pods and services then go out
+        concurrently (``create_concurrency`` at a time). A retriable failure is
+        raised after the others are done, so the record is retried."""
+        if not manifests:
+            return
         job_uid = str(((view.job or {}).get("metadata") or {}).get("uid", ""))
-        await self._decide(
-            key, view, "child_created", child_kind=rt.kind, child_name=name,
-            record_id=records.deterministic_id(job_uid, "child_created", rt.kind, name),
+        planned = [(resources.for_manifest(m), m) for m in manifests]
+        await self._publisher.publish_many(
+            self._decision(
+                key, "child_created", child_kind=rt.kind, child_name=m["metadata"]["name"],
+                record_id=records.deterministic_id(job_uid, "child_created", rt.kind, m["metadata"]["name"]),
+            )
+            for rt, m in planned
         )
+        first = [(rt, m) for rt, m in planned if rt.kind not in CONCURRENT_KINDS]
+        rest = [(rt, m) for rt, m in planned if rt.kind in CONCURRENT_KINDS]
+        for rt, manifest in first:
+            await self._create(client, key, view, rt, manifest)
+        slots = asyncio.Semaphore(self._settings.create_concurrency)
+
+        async def create(rt: resources.ResourceType, manifest: dict[str, Any]) -> None:
+            async with slots:
+                await self._create(client, key, view, rt, manifest)
+
+        outcomes = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _create(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView,
+        rt: resources.ResourceType, manifest: dict[str, Any],
+    ) -> None:
+        name = manifest["metadata"]["name"]
         try:
             created = await client.create(rt, key.namespace, manifest)
         except clients.ApiError as exc:

@@ -31,6 +31,9 @@ class ReconcilerSettings:
     concurrency: int = 32
     """Job keys reconciled at the same time by this worker."""
 
+    create_concurrency: int = 16
+    """Pods and services of one job created at the same time."""
+
     group_id: str = "kto-reconciler"
     """Kafka consumer group shared by all reconciler workers."""
 

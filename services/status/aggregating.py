@@ -1,15 +1,18 @@
 """The status worker: records of a job key in, status writes and Events out.
 
 In: records from ``kto.jobs`` in log order per job key: observations of the
-job and its pods, and the reconciler's failure verdicts. Out: the job's
-``/status`` written only when it changed (optimistic concurrency, re-read and
-recompute on 409), Kubernetes Events for transitions, and a ``status_written``
+job and its pods, and the reconciler's failure verdicts (``handle`` takes each
+into the key's view; ``settle`` acts once per burst). Out: the job's
+``/status`` written only when it changed and at most once per write interval
+(optimistic concurrency, re-read and recompute on 409), Kubernetes Events for transitions, and a ``status_written``
 Decision record. The status itself is ``shared.core.statuses.compute`` (pure).
 This worker is the only writer of job status.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime as dt
 import logging
 from typing import Any
@@ -25,6 +28,14 @@ from services.status.settings import StatusSettings
 log = logging.getLogger(__name__)
 
 VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
+
+
+@dataclasses.dataclass
+class _Pace:
+    """When a key was first seen and last written (event-loop time)."""
+
+    first_seen: float
+    last_write: float | None = None
 
 
 def _now() -> dt.datetime:
@@ -46,22 +57,50 @@ class StatusAggregator:
         self._clusters = clusters
         self._publisher = publisher
         self._views: dict[str, views.JobView] = {}
+        self._paces: dict[str, _Pace] = {}
 
-    async def handle(self, record: records.Record, parent: otel_context.Context) -> None:
+    def accepts(self, type_tag: str) -> bool:
+        """Which records (by ``kto-type`` header) the status worker reads:
+        observations of jobs and pods, and failure verdicts."""
+        kind, _, what = type_tag.partition(":")
+        if kind == "observation":
+            return what == "Pod" or what in jobs.KINDS
+        return what in VERDICT_ACTIONS
+
+    async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
+        """Take one record into the key's view (the KeyedConsumer handler); True if
+        it may change the status."""
         key = records.JobKey.parse(record.key)
         if key.kind not in jobs.KINDS:
-            return
-        view = self._views.setdefault(record.key, views.JobView())
+            return False
         if isinstance(record, records.Decision):
             if record.action not in VERDICT_ACTIONS:
-                return
-            view.set_verdict(record.detail.get("uid"), record.reason, record.message)
+                return False
+            self._view(record.key).set_verdict(record.detail.get("uid"), record.reason, record.message)
         elif record.object_kind in jobs.KINDS:
-            view.observe_job(record.object, record.event == "DELETED")
+            self._view(record.key).observe_job(record.object, record.event == "DELETED")
         elif record.object_kind == "Pod":
-            view.observe_child(record.object, record.event == "DELETED")
+            self._view(record.key).observe_child(record.object, record.event == "DELETED")
         else:
-            return
+            return False
+        return True
+
+    def _view(self, job_key: str) -> views.JobView:
+        view = self._views.get(job_key)
+        if view is None:
+            view = self._views[job_key] = views.JobView()
+            self._paces[job_key] = _Pace(first_seen=self._clock())
+        return view
+
+    async def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> float | None:
+        """Write the key's status if it changed, at most once per ``write_interval``
+        (the first write too waits that long after the key was first seen), so a
+        burst of pod transitions becomes one write. Returns the seconds until a
+        held-back write is due; ``flush`` writes at once."""
+        view = self._views.get(job_key)
+        if view is None:
+            return None
+        key = records.JobKey.parse(job_key)
         client = await self._clusters.get(key.cluster)
         if not view.hydrated:
             job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
@@ -71,9 +110,23 @@ class StatusAggregator:
                     view.observe_child(pod, deleted=False)
             view.hydrated = True
         if view.job is None:
-            self._views.pop(record.key, None)
-            return
-        await self._write(client, key, view)
+            self._views.pop(job_key, None)
+            self._paces.pop(job_key, None)
+            return None
+        pace = self._paces[job_key]
+        due = (pace.last_write if pace.last_write is not None else pace.first_seen) + self._settings.write_interval
+        wait = due - self._clock()
+        if wait > 0 and not flush:
+            computed = self._compute(view)
+            if computed is None or not statuses.differs(computed[0].status, computed[1].status):
+                return None
+            return wait
+        if await self._write(client, key, view):
+            pace.last_write = self._clock()
+        return None
+
+    def _clock(self) -> float:
+        return asyncio.get_running_loop().time()
 
     def _compute(self, view: views.JobView) -> tuple[jobs.Job, statuses.Outcome] | None:
         assert view.job is not None
@@ -100,14 +153,15 @@ class StatusAggregator:
             defaulted, owned, now, statuses.Verdict(*verdict) if verdict is not None else None,
         )
 
-    async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
+    async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> bool:
+        """Write the status if it differs from the stored one; True if written."""
         for _ in range(self._settings.conflict_attempts):
             computed = self._compute(view)
             if computed is None:
-                return
+                return False
             job, outcome = computed
             if not statuses.differs(job.status, outcome.status):
-                return
+                return False
             body = dict(view.job or {})
             body["status"] = outcome.status.dump()
             try:
@@ -116,19 +170,19 @@ class StatusAggregator:
                 )
             except clients.ApiError as exc:
                 if exc.not_found:
-                    return
+                    return False
                 if not exc.conflict:
                     raise
                 fresh, _ = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
                 if fresh is None:
-                    return
+                    return False
                 view.observe_job(fresh, deleted=False)
                 continue
             written.setdefault("apiVersion", jobs.API_VERSION)
             written.setdefault("kind", key.kind)
             view.observe_job(written, deleted=False)
             await self._announce(client, key, job, outcome, written)
-            return
+            return True
         raise clients.ApiError(409, "Conflict", f"status of {key}: still conflicting after retries")
 
     async def _announce(
@@ -154,6 +208,9 @@ class StatusAggregator:
             return
         for event in outcome.events:
             await self._record_event(client, job, event)
+
+    def close(self) -> None:
+        """Nothing to release: held-back writes are flushed by the consumer on stop."""
 
     async def _record_event(self, client: clients.KubeClient, job: jobs.Job, event: statuses.Event) -> None:
         now = common.format_time(_now())

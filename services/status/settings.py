@@ -28,6 +28,10 @@ class StatusSettings:
     group_id: str = "kto-status"
     """Kafka consumer group shared by all status workers."""
 
+    write_interval: float = 0.5
+    """Seconds between two status writes of one job (the first comes this long after
+    the job is first seen): changes within it are written together."""
+
     conflict_attempts: int = 5
     """Status writes tried on 409 Conflict (each after re-reading the job) before giving up."""
 

@@ -14,6 +14,15 @@ Out: calls of ``handler(record, trace_context)``, inside a span, with
   those already taken in are finished and committed before the rebalance
   goes on;
 * **duplicates dropped** — a record id seen recently (bounded LRU) is skipped;
+* **records not wanted passed over** (optional ``accept``) — by their
+  ``kto-type`` header, without decoding them;
+* **act once per burst** (optional ``settle``) — the handler only takes each
+  record in (e.g. into a job's view); ``settle(key, ...)`` then acts once for
+  all records of the key that arrived together, and may ask to be called
+  again after a delay (new records of the key are taken in meanwhile, and
+  their offsets, like those before, are committed only once a settle is
+  done). Level-triggered workers do the expensive part once per burst instead
+  of once per record;
 * **no stalls** — a record that does not decode, or whose handler keeps
   failing, is written to the dead-letter topic with ``kto-error``,
   ``kto-source-topic``, ``kto-source-partition``, ``kto-source-offset``
@@ -49,9 +58,19 @@ from shared.bus.settings import KafkaSettings, client_options
 log = logging.getLogger("kto.bus.consumer")
 _tracer = trace.get_tracer("kto.bus")
 
-Handler = Callable[[records.Record, otel_context.Context], Awaitable[None]]
+Handler = Callable[[records.Record, otel_context.Context], Awaitable[bool | None]]
 """Handles one record; gets the trace context the record carried (the handler
-itself runs inside the consumer's span, a child of that context)."""
+itself runs inside the consumer's span, a child of that context). With a
+``settle``, returning False says the record changed nothing worth settling."""
+
+Settle = Callable[[str, otel_context.Context, bool], Awaitable[float | None]]
+"""``settle(key, trace_context, flush)``: act on what the handler took in for
+``key``. Returns None when done, or seconds after which to be called again
+(sooner if more records of the key arrive). ``flush`` (stopping, partition
+revoked) means act now: a returned delay is then ignored."""
+
+MAX_COALESCED = 256
+"""Records of one key taken in before its settle runs, however fast they come."""
 
 MAX_ERROR_HEADER = 4000
 """Bytes of the error text kept in the ``kto-error`` header."""
@@ -99,6 +118,13 @@ class _Partition:
         return self.next_offset
 
 
+def _header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | None:
+    for key, value in headers or ():
+        if key == name:
+            return value.decode(errors="replace")
+    return None
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, owner: KeyedConsumer) -> None:
         self._owner = owner
@@ -135,6 +161,9 @@ class KeyedConsumer:
         max_buffered: int | None = None,
         drain_timeout: float = 60.0,
         instance: str | None = None,
+        settle: Settle | None = None,
+        settle_span_name: str | None = None,
+        accept: Callable[[str], bool] | None = None,
     ) -> None:
         """
         Args:
@@ -151,6 +180,16 @@ class KeyedConsumer:
                 (default ``8 * concurrency_limit``).
             drain_timeout: seconds a revoke or stop waits for records taken in.
             instance: process instance id, stamped on dead-letter headers.
+            settle: act once per burst of a key's records (see the module doc);
+                its failures are retried like the handler's and dead-letter
+                the burst's last record.
+            accept: given a record's ``kto-type`` header
+                (:func:`~shared.bus.records.type_tag`), whether the handler
+                wants it; records it refuses are passed over undecoded (their
+                offsets still count as done). Records without the header are
+                always handled.
+            settle_span_name: name of the span a settle runs in (``span_name``
+                by default; the records' spans are then named ``<span_name> take``).
         """
         if concurrency_limit < 1 or dedupe_capacity < 0:
             raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
@@ -165,7 +204,10 @@ class KeyedConsumer:
         self._emit = events.Emitter(on_event)
         self._retriable = retriable
         self._policy = policy
-        self._span_name = span_name
+        self._settle = settle
+        self._accept = accept
+        self._settle_span_name = settle_span_name or span_name
+        self._span_name = f"{span_name} take" if settle is not None and settle_span_name is None else span_name
         self._commit_interval = commit_interval
         self._drain_timeout = drain_timeout
         self._instance = instance or settings.client_id
@@ -176,6 +218,8 @@ class KeyedConsumer:
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._queues: dict[str, collections.deque[tuple[Any, _Partition]]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._wakeups: dict[str, asyncio.Event] = {}
+        """Per key whose settle asked for a delay: set when a record of it arrives or on stop/revoke."""
         self._group: asyncio.TaskGroup | None = None
         self._stopping = asyncio.Event()
         self._commits_done = asyncio.Event()
@@ -218,6 +262,7 @@ class KeyedConsumer:
                     group_id=self._group_id,
                     enable_auto_commit=False,
                     auto_offset_reset="earliest",
+                    fetch_max_wait_ms=self._settings.fetch_max_wait_ms,
                     session_timeout_ms=self._settings.session_timeout_ms,
                     heartbeat_interval_ms=self._settings.heartbeat_interval_ms,
                 )
@@ -233,6 +278,7 @@ class KeyedConsumer:
         """Stop taking records, finish and commit those taken in, leave the group.
         Safe to call twice and from any task."""
         self._stopping.set()
+        self._wake_all()
         if self._running:
             await self._run_finished.wait()
         if self._closed:
@@ -308,26 +354,111 @@ class KeyedConsumer:
                 self._work(key, queue), name=f"kto-bus-key:{key}"
             )
         queue.append((message, partition))
+        wakeup = self._wakeups.get(key)
+        if wakeup is not None:
+            wakeup.set()
+
+    def backlog(self, key: str) -> int:
+        """Records of ``key`` taken in and not yet handled (besides the one being handled)."""
+        queue = self._queues.get(key)
+        return max(len(queue) - 1, 0) if queue else 0
 
     async def _work(self, key: str, queue: collections.deque[tuple[Any, _Partition]]) -> None:
         """The serial worker of one key: handles its queue in order, then exits."""
         try:
-            while queue:
-                message, partition = queue[0]
-                await self._process(message)
-                queue.popleft()
-                partition.finish(message.offset)
-                self._capacity.release()
+            if self._settle is None:
+                while queue:
+                    message, partition = queue[0]
+                    await self._process(message)
+                    queue.popleft()
+                    partition.finish(message.offset)
+                    self._capacity.release()
+            else:
+                await self._work_settling(key, queue)
         finally:
             # No await between the empty check and this: the fetch loop cannot
             # append to a queue whose worker has decided to exit.
             if self._queues.get(key) is queue:
                 del self._queues[key]
                 self._workers.pop(key, None)
+            self._wakeups.pop(key, None)
+
+    async def _work_settling(self, key: str, queue: collections.deque[tuple[Any, _Partition]]) -> None:
+        """Take in every queued record of the key, settle once, repeat; offsets are
+        finished only after a settle that is done (so a crash re-delivers them)."""
+        assert self._settle is not None
+        held: list[tuple[Any, _Partition]] = []
+        parent: otel_context.Context | None = None
+        while True:
+            while queue and len(held) < MAX_COALESCED:
+                message, partition = queue.popleft()
+                self._capacity.release()  # taken in: only its offset is held now
+                held.append((message, partition))
+                taken = await self._process(message)
+                if taken is not None:
+                    parent = taken
+            if held and parent is not None:
+                flush = self._stopping.is_set() or any(p.revoked for _, p in held)
+                delay = await self._settle_key(key, parent, held[-1][0], flush)
+                if delay is not None and not flush:
+                    wakeup = self._wakeups.setdefault(key, asyncio.Event())
+                    wakeup.clear()
+                    if not queue:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(wakeup.wait(), max(delay, 0.0))
+                    continue  # take in what arrived and settle again
+            for message, partition in held:
+                partition.finish(message.offset)
+            held.clear()
+            parent = None
+            if not queue:
+                return
+
+    async def _settle_key(
+        self, key: str, parent: otel_context.Context, last: Any, flush: bool,
+    ) -> float | None:
+        """Run ``settle`` with retries; a settle that fails for good dead-letters ``last``."""
+        settle = self._settle
+        assert settle is not None
+        where = dict(topic=last.topic, partition=last.partition, offset=last.offset, group=self._group_id)
+
+        def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+            self._emit(events.HANDLER_RETRY, key=key, attempt=attempt, error=repr(exc), retry_in=wait,
+                       **where)
+
+        with _tracer.start_as_current_span(
+            self._settle_span_name, context=parent,
+            attributes={"kto.job_key": key, "messaging.consumer.group.name": self._group_id,
+                        "kto.settle.flush": flush},
+        ) as span:
+            async with self._handler_slots:
+                try:
+                    delay = await retrying.handle(
+                        self._policy, lambda: settle(key, parent, flush),
+                        retriable=self._retriable, on_retry=on_retry,
+                    )
+                except Exception as exc:  # CancelledError is not an Exception: it propagates
+                    span.record_exception(exc)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, repr(exc)))
+                    kind = "retriable" if self._is_retriable(exc) else "non-retriable"
+                    log.warning("settle failed (%s) on %s: %r", kind, key, exc)
+                    await self._dead_letter(last, f"{type(exc).__name__} ({kind}): {exc}")
+                    return None
+            if delay is not None:
+                span.set_attribute("kto.settle.again_in", delay)
+            return delay
 
     # -- handling ------------------------------------------------------------
 
-    async def _process(self, message: Any) -> None:
+    async def _process(self, message: Any) -> otel_context.Context | None:
+        """Decode, drop duplicates, run the handler; the record's trace context if
+        the handler took it in (and, with a settle, said it changed something)."""
+        if self._accept is not None:
+            tag = _header(message.headers, records.TYPE_HEADER)
+            if tag is not None and not self._accept(tag):
+                self._emit(events.MESSAGE_SKIPPED, topic=message.topic, partition=message.partition,
+                           offset=message.offset, group=self._group_id, type=tag)
+                return None
         parent = tracing.extract(message.headers)
         attributes: dict[str, Any] = {
             "messaging.system": "kafka",
@@ -350,20 +481,22 @@ class KeyedConsumer:
             except records.MalformedRecord as exc:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
                 await self._dead_letter(message, f"MalformedRecord: {exc.reason}")
-                return
+                return None
             span.set_attribute("kto.job_key", record.key)
             span.set_attribute("kto.record.id", record.id)
             span.set_attribute("kto.record.type", record.type)
             if record.id in self._seen:
                 self._seen.move_to_end(record.id)
                 self._emit(events.DUPLICATE, key=record.key, record_id=record.id, **where)
-                return
-            failure = await self._handle(record, parent, span, where)
+                return None
+            failure, changed = await self._handle(record, parent, span, where)
             if failure is not None:
                 await self._dead_letter(message, failure)
             self._remember(record.id)
-            if failure is None:
-                self._emit(events.MESSAGE_DONE, key=record.key, **where)
+            if failure is not None:
+                return None
+            self._emit(events.MESSAGE_DONE, key=record.key, **where)
+            return parent if changed else None
 
     async def _handle(
         self,
@@ -371,8 +504,9 @@ class KeyedConsumer:
         parent: otel_context.Context,
         span: trace.Span,
         where: dict[str, Any],
-    ) -> str | None:
-        """Run the handler with retries; the error text if it failed for good."""
+    ) -> tuple[str | None, bool]:
+        """Run the handler with retries: (the error text if it failed for good,
+        whether the record changed anything)."""
 
         def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
             self._emit(events.HANDLER_RETRY, key=record.key, attempt=attempt,
@@ -380,18 +514,17 @@ class KeyedConsumer:
 
         async with self._handler_slots:
             try:
-                async for attempt in retrying.handling(
-                    self._policy, retriable=self._retriable, on_retry=on_retry
-                ):
-                    with attempt:
-                        await self._handler(record, parent)
+                result = await retrying.handle(
+                    self._policy, lambda: self._handler(record, parent),
+                    retriable=self._retriable, on_retry=on_retry,
+                )
             except Exception as exc:  # CancelledError is not an Exception: it propagates
                 span.record_exception(exc)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, repr(exc)))
                 kind = "retriable" if self._is_retriable(exc) else "non-retriable"
                 log.warning("handler failed (%s) on %s: %r", kind, record.key, exc)
-                return f"{type(exc).__name__} ({kind}): {exc}"
-        return None
+                return f"{type(exc).__name__} ({kind}): {exc}", False
+        return None, result is not False
 
     def _is_retriable(self, exc: BaseException) -> bool:
         if errors.is_retriable(exc):
@@ -471,6 +604,7 @@ class KeyedConsumer:
         partitions = [p for tp in revoked if (p := self._partitions.get(tp)) is not None]
         for partition in partitions:
             partition.revoked = True
+        self._wake_all()
         self._emit(events.PARTITIONS_REVOKED, group=self._group_id,
                    partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
         await self._drain(partitions)
@@ -488,6 +622,11 @@ class KeyedConsumer:
                 self._partitions[tp] = _Partition(tp)
         self._emit(events.PARTITIONS_ASSIGNED, group=self._group_id,
                    partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
+
+    def _wake_all(self) -> None:
+        """Cut every settle delay short (stopping, revoke): held records are settled now."""
+        for wakeup in self._wakeups.values():
+            wakeup.set()
 
     def _unreachable(self, attempt: int, exc: BaseException, wait: float) -> None:
         self._emit(events.BROKER_UNREACHABLE, bootstrap=self._settings.bootstrap,

@@ -1,7 +1,7 @@
 """Observability hooks of the bus: one event type, many callbacks.
 
 In: what happens inside publishers and consumers (a record sent, a send
-failed, a record taken in, handled, retried, dead-lettered, an offset
+failed, a record taken in, passed over by type, handled, retried, dead-lettered, an offset
 committed, partitions assigned or revoked, the broker unreachable).
 Out: :class:`BusEvent` values passed to every registered :data:`Hook`. Topic,
 partition, offset and job key are attributes, never part of the event name, so
@@ -23,6 +23,7 @@ BROKER_UNREACHABLE = "broker.unreachable"
 MESSAGE_IN = "message.in"
 MESSAGE_DONE = "message.done"
 DUPLICATE = "message.duplicate"
+MESSAGE_SKIPPED = "message.skipped"
 HANDLER_RETRY = "handler.retry"
 DEAD_LETTERED = "message.dead_lettered"
 COMMIT_DONE = "commit.done"

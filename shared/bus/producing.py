@@ -3,7 +3,8 @@
 In: :data:`~shared.bus.records.Record` values from a service (or raw bytes for
 the dead-letter topic), optional Kafka headers, the current trace context.
 Out: Kafka records keyed by job key (so a job's records share one partition
-and keep their order), with W3C ``traceparent`` headers, ``acks=all``.
+and keep their order), with W3C ``traceparent`` headers and a ``kto-type``
+header (``observation:<kind>`` / ``decision:<action>``), ``acks=all``.
 
 Sending never drops a record silently: retriable failures (broker away, leader
 moving, batch expired) are retried with capped backoff for as long as it takes,
@@ -153,7 +154,7 @@ class Publisher:
         ) as span:
             sent = await self.send_raw(
                 topic, records.encode(record), key=record.key.encode(),
-                headers=tracing.inject(headers),
+                headers=_typed(tracing.inject(headers), record),
             )
             span.set_attribute("messaging.destination.partition.id", str(sent.partition))
             span.set_attribute("messaging.kafka.offset", sent.offset)
@@ -188,7 +189,7 @@ class Publisher:
                 try:
                     futures.append(await producer.send(
                         topic, records.encode(record), key=record.key.encode(),
-                        headers=trace_headers,
+                        headers=_typed(trace_headers, record),
                     ))
                 except kafka_errors.KafkaError as exc:
                     futures.append(exc)
@@ -216,7 +217,7 @@ class Publisher:
                     continue
                 results[index] = await self.send_raw(
                     topic, records.encode(stamped[index]), key=stamped[index].key.encode(),
-                    headers=trace_headers,
+                    headers=_typed(trace_headers, stamped[index]),
                 )
             if permanent:
                 raise errors.PublishError(
@@ -258,6 +259,10 @@ class Publisher:
         self._emit(events.SEND_DONE, topic=topic, partition=sent.partition, offset=sent.offset,
                    key=key.decode(errors="replace") if key else None)
         return sent
+
+
+def _typed(headers: list[tuple[str, bytes]], record: records.Record) -> list[tuple[str, bytes]]:
+    return [*headers, (records.TYPE_HEADER, records.type_tag(record).encode())]
 
 
 def _span_attributes(topic: str, record: records.Record) -> dict[str, str]:

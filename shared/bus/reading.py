@@ -4,12 +4,14 @@ In: settings and a job key.
 Out: every decodable record of that key, in log order. Only the key's
 partition is read — computed the way the producer's default partitioner
 places keys (murmur2 of the key bytes, as in the Java client) — from its
-beginning to the end offset seen when reading starts. No consumer group is
+beginning until the broker has nothing more (at most a few seconds past the
+end offset it reports when reading starts, on a busy partition). No consumer group is
 used, so nothing is committed and no running group is disturbed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,6 +22,9 @@ from shared.bus.errors import BusError
 from shared.bus.settings import KafkaSettings, client_options
 
 log = logging.getLogger("kto.bus.reading")
+
+_DRAIN_POLL_MS = 200  # an empty fetch this long means the partition is drained
+_DRAIN_LIMIT_S = 5.0  # at most this long past the reported end on a busy partition
 
 
 def partition_for_key(key: str | records.JobKey, partitions: int) -> int:
@@ -41,7 +46,7 @@ async def read_history(
     topic = topic or settings.jobs_topic
     consumer = AIOKafkaConsumer(
         **client_options(settings), group_id=None, enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        auto_offset_reset="earliest", fetch_max_wait_ms=settings.fetch_max_wait_ms,
     )
     await consumer.start()
     try:
@@ -51,17 +56,19 @@ async def read_history(
             raise BusError(f"topic {topic} does not exist on {settings.bootstrap}")
         tp = TopicPartition(topic, partition_for_key(key, len(partitions)))
         consumer.assign([tp])
+        # Tansu answers ListOffsets with the base offset of the newest produce
+        # batch plus one, not the true end, when a batch held several records;
+        # so read on past that answer until the broker has nothing more.
         end = (await consumer.end_offsets([tp]))[tp]
         begin = (await consumer.beginning_offsets([tp]))[tp]
         history: list[records.Record] = []
-        if end <= begin:
-            return history
         consumer.seek(tp, begin)
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=500, max_records=1000)
-            for message in batch.get(tp, []):
-                if message.offset >= end:
-                    break
+        loop = asyncio.get_running_loop()
+        drain_until: float | None = None
+        while True:
+            batch = await consumer.getmany(tp, timeout_ms=_DRAIN_POLL_MS, max_records=1000)
+            messages = batch.get(tp, [])
+            for message in messages:
                 if message.key != key_bytes:
                     continue
                 try:
@@ -69,6 +76,15 @@ async def read_history(
                 except records.MalformedRecord as exc:
                     log.debug("skipping malformed record %s@%s: %s", tp, message.offset,
                               exc.reason)
+            if await consumer.position(tp) < end:
+                continue
+            if not messages:
+                break
+            # Past the reported end: the partition may still be growing; stop
+            # once it is drained or after a bounded time, whichever comes first.
+            drain_until = drain_until or loop.time() + _DRAIN_LIMIT_S
+            if loop.time() >= drain_until:
+                break
         return history
     finally:
         await consumer.stop()

@@ -194,6 +194,19 @@ Record: TypeAlias = Annotated[Observation | Decision, pydantic.Field(discriminat
 _RECORD: pydantic.TypeAdapter[Observation | Decision] = pydantic.TypeAdapter(Record)
 
 
+TYPE_HEADER = "kto-type"
+"""Kafka header naming what a record is, so a consumer can pass over records it
+does not need without decoding them: ``observation:<object kind>`` or
+``decision:<action>`` (see :func:`type_tag`)."""
+
+
+def type_tag(record: Observation | Decision) -> str:
+    """The :data:`TYPE_HEADER` value of ``record``."""
+    if isinstance(record, Observation):
+        return f"observation:{record.object_kind}"
+    return f"decision:{record.action}"
+
+
 def encode(record: Observation | Decision) -> bytes:
     """The record as compact UTF-8 JSON."""
     return record.model_dump_json().encode()

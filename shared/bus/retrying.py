@@ -15,12 +15,17 @@ Which errors are retriable is decided in one place: :func:`shared.bus.errors.is_
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Callable
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import tenacity
 
 from shared.bus import errors
+
+_T = TypeVar("_T")
 
 RetryCallback = Callable[[int, BaseException, float], None]
 """Called before each wait with (attempt number, error, seconds to wait)."""
@@ -71,28 +76,66 @@ def transport(
     )
 
 
+def _handler_error_retriable(
+    exc: BaseException, retriable: Callable[[BaseException], bool] | None,
+) -> bool:
+    if errors.is_retriable(exc):
+        return True
+    if retriable is None or not isinstance(exc, Exception):
+        return False
+    return retriable(exc)
+
+
 def handling(
     policy: RetryPolicy,
     *,
     retriable: Callable[[BaseException], bool] | None = None,
     on_retry: RetryCallback | None = None,
+    attempts: int | None = None,
 ) -> tenacity.AsyncRetrying:
     """Retry a handler's retriable errors (``is_retriable`` or the extra
-    ``retriable`` predicate) at most ``policy.handler_attempts`` times in all."""
-
-    def should_retry(exc: BaseException) -> bool:
-        if errors.is_retriable(exc):
-            return True
-        if retriable is None or not isinstance(exc, Exception):
-            return False
-        return retriable(exc)
-
+    ``retriable`` predicate) at most ``attempts`` (default
+    ``policy.handler_attempts``) times in all."""
     return tenacity.AsyncRetrying(
-        retry=tenacity.retry_if_exception(should_retry),
+        retry=tenacity.retry_if_exception(lambda exc: _handler_error_retriable(exc, retriable)),
         wait=tenacity.wait_exponential_jitter(
             multiplier=policy.initial_backoff, max=policy.handler_max_backoff, jitter=policy.jitter
         ),
-        stop=tenacity.stop_after_attempt(policy.handler_attempts),
+        stop=tenacity.stop_after_attempt(attempts or policy.handler_attempts),
         before_sleep=_before_sleep(on_retry),
         reraise=True,
     )
+
+
+async def handle(
+    policy: RetryPolicy,
+    call: Callable[[], Awaitable[_T]],
+    *,
+    retriable: Callable[[BaseException], bool] | None = None,
+    on_retry: RetryCallback | None = None,
+) -> _T:
+    """``await call()`` with :func:`handling`'s retries. The first attempt runs
+    without tenacity's per-call bookkeeping (a worker handles every record this
+    way, and nearly every one succeeds at once); a retriable failure goes on to
+    the remaining attempts under :func:`handling`."""
+    try:
+        return await call()
+    except Exception as exc:
+        if policy.handler_attempts <= 1 or not _handler_error_retriable(exc, retriable):
+            raise
+        failed = exc
+    wait = policy.initial_backoff + random.uniform(0, policy.jitter)
+    if on_retry is not None:
+        on_retry(1, failed, wait)
+    await asyncio.sleep(wait)
+
+    def shifted(attempt: int, exc: BaseException, wait: float) -> None:
+        if on_retry is not None:
+            on_retry(attempt + 1, exc, wait)
+
+    async for attempt in handling(
+        policy, retriable=retriable, on_retry=shifted, attempts=policy.handler_attempts - 1
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("tenacity ends with a result or the last error")

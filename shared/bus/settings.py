@@ -90,8 +90,21 @@ class KafkaSettings:
     """``KTO_KAFKA_HEARTBEAT_INTERVAL_MS``: how often a consumer heartbeats; also how
     soon it notices a rebalance. Must be below ``session_timeout_ms``."""
 
-    linger_ms: int = 5
-    """``KTO_KAFKA_LINGER_MS``: how long the producer waits to batch records."""
+    linger_ms: int = 0
+    """``KTO_KAFKA_LINGER_MS``: how long the producer waits to batch records. 0 by
+    default: every service awaits its sends one by one per job key, so a linger
+    is paid on each of them (5 ms capped the watcher at ~150 records/s);
+    records sent while a request is in flight are batched anyway."""
+
+    fetch_max_wait_ms: int = 20
+    """``KTO_KAFKA_FETCH_MAX_WAIT_MS``: how long a consumer's fetch may wait at the broker
+    for records. Tansu does not answer a waiting fetch when records arrive: a record
+    waits about a quarter of this there (20 ms → ~5 ms; aiokafka's 500 → 200 ms a
+    hop). Kafka answers at once, so it can be raised there to save idle fetches."""
+
+    request_timeout_ms: int = 15_000
+    """``KTO_KAFKA_REQUEST_TIMEOUT_MS``: a request unanswered this long fails and is
+    retried (how soon a restarted broker is noticed)."""
 
     def __post_init__(self) -> None:
         _check(self)
@@ -110,7 +123,9 @@ class KafkaSettings:
             if raw is None or raw.strip() == "":
                 continue
             raw = raw.strip()
-            if field.type in ("int", int):
+            if field.name == "linger_ms":
+                values[field.name] = _parse(var, raw, _non_negative_int)
+            elif field.type in ("int", int):
                 values[field.name] = _parse(var, raw, _positive_int)
             elif field.name in ("security_protocol", "sasl_mechanism"):
                 values[field.name] = raw.upper()
@@ -141,6 +156,16 @@ def _positive_int(raw: str) -> int:
         raise ValueError("not an integer") from None
     if value < 1:
         raise ValueError("must be at least 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError("not an integer") from None
+    if value < 0:
+        raise ValueError("must not be negative")
     return value
 
 
@@ -177,7 +202,8 @@ def _check(s: KafkaSettings) -> None:
             raise SettingsError("must not be empty", name)
     if s.jobs_topic == s.dlq_topic:
         raise SettingsError("must differ from the jobs topic", "dlq_topic")
-    for name in ("partitions", "replication_factor", "session_timeout_ms", "heartbeat_interval_ms"):
+    for name in ("partitions", "replication_factor", "session_timeout_ms", "heartbeat_interval_ms",
+                 "fetch_max_wait_ms", "request_timeout_ms"):
         if getattr(s, name) < 1:
             raise SettingsError("must be at least 1", name)
     if s.linger_ms < 0:
@@ -203,6 +229,7 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
         "client_id": settings.client_id,
         "security_protocol": settings.security_protocol,
         "ssl_context": ssl_context(settings),
+        "request_timeout_ms": settings.request_timeout_ms,
     }
     if settings.security_protocol.startswith("SASL_"):
         options["sasl_mechanism"] = settings.sasl_mechanism

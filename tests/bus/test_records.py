@@ -97,11 +97,22 @@ def test_settings_come_from_the_environment() -> None:
     assert options["sasl_mechanism"] == "SCRAM-SHA-512" and options["ssl_context"] is not None
 
 
+def test_timing_settings_come_from_the_environment() -> None:
+    s = settings.KafkaSettings.from_env({
+        "KTO_KAFKA_LINGER_MS": "0", "KTO_KAFKA_FETCH_MAX_WAIT_MS": "250",
+        "KTO_KAFKA_REQUEST_TIMEOUT_MS": "5000",
+    })
+    assert (s.linger_ms, s.fetch_max_wait_ms, s.request_timeout_ms) == (0, 250, 5000)
+    assert settings.client_options(s)["request_timeout_ms"] == 5000
+
+
 @pytest.mark.parametrize(
     ("env", "variable"),
     [
         pytest.param({"KTO_KAFKA_PARTITIONS": "many"}, "KTO_KAFKA_PARTITIONS", id="not-int"),
         pytest.param({"KTO_KAFKA_PARTITIONS": "0"}, "KTO_KAFKA_PARTITIONS", id="zero"),
+        pytest.param({"KTO_KAFKA_LINGER_MS": "-1"}, "KTO_KAFKA_LINGER_MS", id="negative-linger"),
+        pytest.param({"KTO_KAFKA_FETCH_MAX_WAIT_MS": "0"}, "KTO_KAFKA_FETCH_MAX_WAIT_MS", id="zero-wait"),
         pytest.param({"KTO_KAFKA_SECURITY_PROTOCOL": "TLS"}, "KTO_KAFKA_SECURITY_PROTOCOL", id="protocol"),
         pytest.param({"KTO_KAFKA_BOOTSTRAP": "nohost"}, "KTO_KAFKA_BOOTSTRAP", id="bootstrap"),
         pytest.param({"KTO_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "KTO_KAFKA_SASL_USERNAME",
