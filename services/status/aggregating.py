@@ -165,8 +165,10 @@ class StatusAggregator:
             body = dict(view.job or {})
             body["status"] = outcome.status.dump()
             try:
+                job_type = resources.JOB_TYPES[key.kind]
                 written = await client.request(
-                    "PUT", resources.JOB_TYPES[key.kind].path(key.namespace, key.name, "status"), body=body,
+                    "PUT", job_type.path(key.namespace, key.name, "status"), body=body,
+                    route=f"{job_type.plural}/status",
                 )
             except clients.ApiError as exc:
                 if exc.not_found:

@@ -14,6 +14,11 @@ resourceVersions, DELETED with the last known object for objects that
 vanished meanwhile). Every :meth:`Watcher.run` starts with a full list that
 also publishes unchanged objects as RESYNCED, so a new leader, or a watcher
 whose broker came back, leaves nothing unsaid.
+
+Sends are pipelined: a watch stream hands each record to the producer (in
+order) and goes on; a confirming task checks the acknowledgements in order,
+up to :data:`MAX_UNCONFIRMED` behind. A record the broker refuses for good is
+taken back out of the inventory and ends the run, so the relist says it again.
 """
 
 from __future__ import annotations
@@ -130,6 +135,21 @@ class BrokerOutage:
             self.recovered.set()
 
 
+MAX_UNCONFIRMED = 2048
+"""Records handed to the producer but not yet confirmed before a watch stream waits."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    sent: asyncio.Future[producing.Sent]
+    kind: str
+    ident: ObjectId
+    resource_version: str
+    event: str
+    known: Known | None
+    """For a deletion: the object as it was in the inventory (put back if the record is refused)."""
+
+
 @dataclasses.dataclass
 class _Cursor:
     resource_version: str = ""
@@ -163,10 +183,8 @@ class Watcher:
         self._publisher = publisher
         self._settings = settings
         self.inventory = Inventory()
-        # One record in flight at a time: the embedded Tansu broker mis-stores a
-        # produce batch of several records (its high watermark moves by one and
-        # later reads come back empty), and concurrent sends would be batched.
-        self._sending = asyncio.Lock()
+        self._unconfirmed: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=MAX_UNCONFIRMED)
+        """Records handed to the producer whose acknowledgement is not checked yet, in order."""
 
     @property
     def settings(self) -> WatcherSettings:
@@ -175,6 +193,7 @@ class Watcher:
     async def run(self) -> None:
         """Full list of every watched type (publishing everything), then watch forever."""
         async with asyncio.TaskGroup() as group:
+            group.create_task(self._confirm(), name=f"confirm sends of {self._settings.cluster}")
             for rt in WATCHED_TYPES:
                 group.create_task(self._watch(rt), name=f"watch {rt.plural} of {self._settings.cluster}")
 
@@ -337,5 +356,38 @@ class Watcher:
                 "kto.observation.event": event,
             },
         ):
-            async with self._sending:
-                await self._publisher.publish(record)
+            sent = await self._publisher.submit(record)
+        known = self.inventory.of(kind).get(_ident(obj)) if event == "DELETED" else None
+        pending = _Pending(sent, kind, _ident(obj), version, event, known)
+        sent.add_done_callback(lambda _: self._forget_unsent(pending))
+        await self._unconfirmed.put(pending)
+
+    async def _confirm(self) -> None:
+        """Check the broker took each record, in order. Sends are pipelined (a watch
+        stream does not wait for each acknowledgement); a record the broker refused
+        for good is taken out of the inventory (or, for a deletion, put back: see
+        :meth:`_forget_unsent`) and :class:`PublishError` ends the run, so the
+        relist that follows says it again."""
+        while True:
+            pending = await self._unconfirmed.get()
+            try:
+                await asyncio.shield(pending.sent)
+            finally:
+                self._unconfirmed.task_done()
+
+    def _forget_unsent(self, pending: _Pending) -> None:
+        """If the record was refused: make the inventory say it was never published."""
+        if pending.sent.cancelled() or pending.sent.exception() is None:
+            return
+        known = self.inventory.of(pending.kind)
+        if pending.event == "DELETED":
+            if pending.ident not in known and pending.known is not None:
+                known[pending.ident] = pending.known
+        else:
+            current = known.get(pending.ident)
+            if current is not None and current.resource_version == pending.resource_version:
+                del known[pending.ident]
+
+    async def flush(self) -> None:
+        """Wait until every record handed to the producer so far is confirmed."""
+        await self._unconfirmed.join()

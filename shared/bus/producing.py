@@ -67,6 +67,7 @@ class Publisher:
         self._producer: AIOKafkaProducer | None = None
         self._start_lock = asyncio.Lock()
         self._closed = False
+        self._resending: set[asyncio.Task[None]] = set()
 
     @property
     def settings(self) -> KafkaSettings:
@@ -91,6 +92,8 @@ class Publisher:
     async def stop(self) -> None:
         """Flush pending records and close; safe to call twice."""
         self._closed = True
+        for task in list(self._resending):
+            task.cancel()
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
@@ -159,6 +162,93 @@ class Publisher:
             span.set_attribute("messaging.destination.partition.id", str(sent.partition))
             span.set_attribute("messaging.kafka.offset", sent.offset)
             return sent
+
+    async def submit(
+        self,
+        record: records.Record,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        *,
+        topic: str | None = None,
+    ) -> asyncio.Future[Sent]:
+        """Hand one record to the producer and return without waiting for the broker:
+        the future resolves to where it was written, or fails with
+        :class:`~shared.bus.errors.PublishError` if the broker refused it for good.
+
+        Records submitted one after another go out in that order (the producer
+        keeps one batch per partition in flight). A send that fails retriably is
+        sent again, with retries, for as long as it takes; the copy may then land
+        after records submitted later, so consumers must not depend on the order
+        of such a record (the watcher's observations carry resourceVersions).
+        The producer span lasts until the broker acknowledges the record.
+        """
+        record = self._stamp(record)
+        topic = topic or self._settings.jobs_topic
+        span = _tracer.start_span(
+            f"{topic} publish", kind=trace.SpanKind.PRODUCER, attributes=_span_attributes(topic, record),
+        )
+        value, key = records.encode(record), record.key.encode()
+        kafka_headers = _typed(tracing.inject(headers, context=trace.set_span_in_context(span)), record)
+        result: asyncio.Future[Sent] = asyncio.get_running_loop().create_future()
+
+        def finish(sent: Sent | None, error: BaseException | None) -> None:
+            if sent is not None:
+                span.set_attribute("messaging.destination.partition.id", str(sent.partition))
+                span.set_attribute("messaging.kafka.offset", sent.offset)
+            elif error is not None:
+                span.record_exception(error)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, repr(error)))
+            span.end()
+            if result.done():
+                return
+            if error is not None:
+                result.set_exception(error)
+            elif sent is not None:
+                result.set_result(sent)
+
+        async def resend(first: BaseException) -> None:
+            self._emit(events.SEND_ERROR, topic=topic, partition=None, key=record.key,
+                       error=repr(first), attempt=1)
+            try:
+                sent = await self.send_raw(topic, value, key=key, headers=kafka_headers)
+            except errors.PublishError as exc:
+                finish(None, exc)
+            except asyncio.CancelledError:
+                finish(None, errors.PublishError(f"{topic}: the publisher stopped before the record was sent"))
+                raise
+            else:
+                finish(sent, None)
+
+        def retry_or_fail(error: BaseException) -> None:
+            if not errors.is_retriable(error):
+                self._emit(events.SEND_ERROR, topic=topic, partition=None, key=record.key, error=repr(error))
+                finish(None, errors.PublishError(f"{topic} refused a record: {error!r}"))
+                return
+            task = asyncio.get_running_loop().create_task(resend(error), name=f"resend {record.id}")
+            self._resending.add(task)
+            task.add_done_callback(self._resending.discard)
+
+        def acknowledged(future: asyncio.Future[Any]) -> None:
+            if future.cancelled():
+                retry_or_fail(kafka_errors.KafkaTimeoutError("the send was cancelled"))
+                return
+            error = future.exception()
+            if error is not None:
+                retry_or_fail(error)
+                return
+            metadata = future.result()
+            sent = Sent(topic, metadata.partition, metadata.offset)
+            self._emit(events.SEND_DONE, topic=topic, partition=sent.partition, offset=sent.offset,
+                       key=record.key)
+            finish(sent, None)
+
+        try:
+            producer = await self._ready()
+            sending = await producer.send(topic, value, key=key, headers=kafka_headers)
+        except kafka_errors.KafkaError as exc:
+            retry_or_fail(exc)
+        else:
+            sending.add_done_callback(acknowledged)
+        return result
 
     async def publish_many(
         self,

@@ -23,10 +23,12 @@ import aiohttp
 import tenacity
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+from opentelemetry import trace
 
 from shared.kube import resources
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("kto.kube")
 
 PatchType = Literal["merge", "json", "strategic"]
 _PATCH_CONTENT_TYPES: dict[str, str] = {
@@ -97,12 +99,13 @@ def _wait(settings: RetrySettings) -> Callable[[tenacity.RetryCallState], float]
     return wait
 
 
-def retrying(settings: RetrySettings) -> tenacity.AsyncRetrying:
-    """The retry policy for API calls: retriable ApiErrors only, Retry-After honoured."""
+def retrying(settings: RetrySettings, attempts: int | None = None) -> tenacity.AsyncRetrying:
+    """The retry policy for API calls: retriable ApiErrors only, Retry-After honoured;
+    ``attempts`` (default ``settings.attempts``) tries in all."""
     return tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception(lambda e: isinstance(e, ApiError) and e.retriable),
         wait=_wait(settings),
-        stop=tenacity.stop_after_attempt(settings.attempts),
+        stop=tenacity.stop_after_attempt(attempts or settings.attempts),
         reraise=True,
     )
 
@@ -206,26 +209,49 @@ class KubeClient:
 
     async def request(
         self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = "application/json", *, route: str | None = None,
     ) -> dict[str, Any]:
-        """One call, retried when retriable; the decoded JSON body."""
-        async for attempt in retrying(self._retry):
-            with attempt:
-                response = await self._send(method, path, query, body, content_type)
-                try:
-                    data = await response.read()
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                    raise ApiError(0, "ConnectionError", f"{method} {path}: {exc!r}") from exc
-                finally:
-                    response.release()
-                if not 200 <= response.status <= 299:
-                    raise _error_from(response.status, data, response.headers)
-                decoded: dict[str, Any] = json.loads(data) if data else {}
-                return decoded
-        raise AssertionError("unreachable: tenacity reraises")
+        """One call, retried when retriable; the decoded JSON body.
+
+        Runs in a CLIENT span ``<method> <route>`` (``route``: the resource, e.g.
+        ``pods`` or ``pytorchjobs/status``; the path when not given). The first
+        attempt skips tenacity's per-call bookkeeping; a retriable failure goes
+        on to the remaining attempts with back-off (Retry-After honoured).
+        """
+        with _tracer.start_as_current_span(
+            f"{method} {route or path}", kind=trace.SpanKind.CLIENT,
+            attributes={"http.request.method": method, "url.path": path, "server.address": self.host},
+        ) as span:
+            try:
+                return await self._once(method, path, query, body, content_type)
+            except ApiError as exc:
+                span.set_attribute("http.response.status_code", exc.code)
+                if not exc.retriable or self._retry.attempts <= 1:
+                    raise
+                first = exc
+            await asyncio.sleep(first.retry_after if first.retry_after is not None else self._retry.initial_wait)
+            async for attempt in retrying(self._retry, attempts=self._retry.attempts - 1):
+                with attempt:
+                    return await self._once(method, path, query, body, content_type)
+            raise AssertionError("unreachable: tenacity reraises")
+
+    async def _once(
+        self, method: str, path: str, query: dict[str, Any] | None, body: Any, content_type: str,
+    ) -> dict[str, Any]:
+        response = await self._send(method, path, query, body, content_type)
+        try:
+            data = await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc!r}") from exc
+        finally:
+            response.release()
+        if not 200 <= response.status <= 299:
+            raise _error_from(response.status, data, response.headers)
+        decoded: dict[str, Any] = json.loads(data) if data else {}
+        return decoded
 
     async def get(self, rt: resources.ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
-        return await self.request("GET", rt.path(namespace, name))
+        return await self.request("GET", rt.path(namespace, name), route=rt.plural)
 
     async def list(
         self, rt: resources.ResourceType, namespace: str | None = None, label_selector: str | None = None,
@@ -236,7 +262,7 @@ class KubeClient:
         if label_selector:
             query["labelSelector"] = label_selector
         while True:
-            page = await self.request("GET", rt.path(namespace), query)
+            page = await self.request("GET", rt.path(namespace), query, route=rt.plural)
             for item in page.get("items") or []:
                 item.setdefault("apiVersion", rt.api_version)
                 item.setdefault("kind", rt.kind)
@@ -247,10 +273,10 @@ class KubeClient:
             query["continue"] = meta["continue"]
 
     async def create(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", rt.path(namespace), body=body)
+        return await self.request("POST", rt.path(namespace), body=body, route=rt.plural)
 
     async def replace(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("PUT", rt.path(namespace, body["metadata"]["name"]), body=body)
+        return await self.request("PUT", rt.path(namespace, body["metadata"]["name"]), body=body, route=rt.plural)
 
     async def patch(
         self, rt: resources.ResourceType, namespace: str | None, name: str, body: Any,
@@ -258,6 +284,7 @@ class KubeClient:
     ) -> dict[str, Any]:
         return await self.request(
             "PATCH", rt.path(namespace, name, subresource), body=body, content_type=_PATCH_CONTENT_TYPES[patch_type],
+            route=f"{rt.plural}/{subresource}" if subresource else rt.plural,
         )
 
     async def delete(
@@ -269,7 +296,7 @@ class KubeClient:
             body["propagationPolicy"] = propagation
         if uid:
             body["preconditions"] = {"uid": uid}
-        return await self.request("DELETE", rt.path(namespace, name), body=body)
+        return await self.request("DELETE", rt.path(namespace, name), body=body, route=rt.plural)
 
     async def watch(
         self, rt: resources.ResourceType, namespace: str | None = None, resource_version: str | None = None,

@@ -1,12 +1,13 @@
 """Hydration: what a worker fetches for a job key it has not seen (after a rebalance or restart).
 
 In: a client and a job's kind, namespace and name. Out: the job (None when it
-does not exist) and its children: one GET of the job and one label-selected
-LIST per child type the kind can have.
+does not exist) and its children: one GET of the job, then one label-selected
+LIST per child type the kind can have, all at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from shared.api import jobs
@@ -45,18 +46,26 @@ async def hydrate(
         raise
     job.setdefault("apiVersion", jobs.API_VERSION)
     job.setdefault("kind", kind)
-    children: list[dict[str, Any]] = []
-    for rt, label in child_types(kind, pods_only):
-        if label:
-            items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
-        else:
-            try:
-                items = [await client.get(rt, namespace, name)]
-            except clients.ApiError as exc:
-                if exc.not_found:
-                    continue
-                raise
-            items[0].setdefault("apiVersion", rt.api_version)
-            items[0].setdefault("kind", rt.kind)
-        children.extend(items)
-    return job, children
+    listed = await asyncio.gather(*(
+        _children(client, rt, label, namespace, name) for rt, label in child_types(kind, pods_only)
+    ))
+    return job, [child for items in listed for child in items]
+
+
+async def _children(
+    client: clients.KubeClient, rt: resources.ResourceType, label: str, namespace: str, name: str,
+) -> list[dict[str, Any]]:
+    """The job's children of one type: a label-selected LIST, or a GET by the job's
+    name for a type without the label (the elastic HPA)."""
+    if label:
+        items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
+        return items
+    try:
+        item = await client.get(rt, namespace, name)
+    except clients.ApiError as exc:
+        if exc.not_found:
+            return []
+        raise
+    item.setdefault("apiVersion", rt.api_version)
+    item.setdefault("kind", rt.kind)
+    return [item]
