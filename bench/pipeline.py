@@ -24,7 +24,13 @@ sim's ``creationTimestamp`` has one-second resolution, too coarse for ms):
   create/update/patch/delete/deletecollection requests, minus this
   benchmark's own job creates (kto never creates jobs) and the watchers'
   Lease renewals (periodic, not per job; reported apart), divided by jobs.
-* ``jobs_per_s`` — jobs Succeeded / (last Succeeded seen − first POST).
+* ``jobs_per_s`` — jobs Succeeded / (last Succeeded seen − first POST): end to
+  end, pod run time included, and never above the submission rate.
+* ``materialized_jobs_per_s`` — jobs whose pods were all created / (the last
+  such moment − first POST): how fast kto turns jobs into pods. Compared with
+  the create ceiling (``kto bench`` divides the ceiling by the 2N creates an
+  N-replica job needs: N pods and N headless Services) when jobs are
+  submitted all at once (``--rate 0``).
 """
 
 from __future__ import annotations
@@ -190,9 +196,12 @@ class Result:
                     phase_to_status.append((seen - at) * 1000)
         elapsed = self.finished - self.started
         total_writes = sum(self.writes.values())
+        materialized = [max(j.pods_seen.values()) for j in self.jobs.values() if len(j.pods_seen) >= s.replicas]
+        materializing = max(materialized) - self.started if materialized else 0.0
         return {
             "jobs_per_s": round(len(done) / elapsed, 2) if elapsed > 0 else None,
             "jobs_completed": len(done),
+            "materialized_jobs_per_s": round(len(materialized) / materializing, 2) if materializing > 0 else None,
             "created_to_all_pods_created_ms": {
                 f"p{q}": _ms(percentile(to_pods, q)) for q in (50, 95, 99)
             },

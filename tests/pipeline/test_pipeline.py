@@ -192,3 +192,33 @@ async def test_status_is_not_written_again_when_nothing_changed(pipeline: Pipeli
     await pipeline.client.patch(job_type, "default", "quiet", {"metadata": {"labels": {"touched": uuid.uuid4().hex}}})
     await asyncio.sleep(1.5)
     assert status_writes() == before
+
+
+async def test_an_mpijob_gets_its_launcher_rbac_and_configmap_before_any_pod(pipeline: Pipeline) -> None:
+    """Pods and services go out concurrently; what pods refer to (the launcher's
+    ServiceAccount, its Role and RoleBinding, the hostfile ConfigMap) is created first."""
+    await pipeline.submit(job("MPIJob", "ordered", {"Launcher": (1, "Never"), "Worker": (3, "Never")}, "mpi"))
+    await pipeline.wait_for("MPIJob", "ordered", "Succeeded")
+    creates = [  # the only job of this cluster: every child create is one of its
+        r["resource"].split(".")[0] for r in pipeline.cluster.requests if r["verb"] == "create" and r["code"] == 201
+    ]
+    first_pod = creates.index("pods")
+    before = set(creates[:first_pod])
+    assert {"configmaps", "serviceaccounts", "roles", "rolebindings"} <= before, creates
+
+
+async def test_a_jobs_status_writes_are_paced_and_a_burst_of_pod_changes_is_written_once(
+    pipeline: Pipeline,
+) -> None:
+    """Four pods starting together and finishing together: Created and Running are
+    written together, then Succeeded (the sim starts pods well within the write interval)."""
+    await pipeline.submit(job("PyTorchJob", "paced", {"Master": (1, "OnFailure"), "Worker": (3, "OnFailure")}, "pytorch"))
+    done = await pipeline.wait_for("PyTorchJob", "paced", "Succeeded")
+    assert done["status"]["replicaStatuses"]["Worker"]["succeeded"] == 3
+    await asyncio.sleep(1.0)
+    writes = [
+        r["time"] for r in pipeline.cluster.requests
+        if r["verb"] == "update" and r["subresource"] == "status" and r["name"] == "paced"
+    ]
+    assert 2 <= len(writes) <= 3, writes
+    assert all(later - earlier >= 0.45 for earlier, later in zip(writes, writes[1:])), writes
