@@ -185,11 +185,8 @@ class Child:
 
     def __init__(
         self, name: str, argv: Sequence[str], log_path: pathlib.Path, env: dict[str, str],
-        ready_when: str | None = None,
     ) -> None:
         self.name = name
-        self.ready_when = ready_when
-        """Besides a ``ready ...`` line, a log line containing this also means ready."""
         self.argv = list(argv)
         self.log = log_path
         self._env = env
@@ -226,9 +223,6 @@ class Child:
                 words = line.split()
                 if words[:1] == ["ready"]:
                     self.ready = words[1:]
-                    return self.ready
-                if self.ready_when is not None and self.ready_when in line:
-                    self.ready = []
                     return self.ready
             if self.process.returncode is not None:
                 raise StackError(self._failure(f"exited with code {self.process.returncode} before it was ready"))
@@ -399,8 +393,8 @@ class Stack:
             env["KTO_KAFKA_PARTITIONS"] = str(self.settings.partitions)
         return env
 
-    def _child(self, name: str, *argv: str, ready_when: str | None = None) -> Child:
-        child = Child(name, argv, self.log_dir / f"{name}.log", self._env(), ready_when)
+    def _child(self, name: str, *argv: str) -> Child:
+        child = Child(name, argv, self.log_dir / f"{name}.log", self._env())
         self.children.append(child)
         return child
 
@@ -453,8 +447,6 @@ class Stack:
             services.append(self._child(
                 f"watcher-{context}", "watcher", "--cluster", context,
                 "--kubeconfig", str(self.kubeconfig), "--context", context,
-                # The watcher prints no ready line; it logs when it holds the cluster's Lease.
-                ready_when="is now the active watcher",
             ))
         for i in range(1, s.reconcilers + 1):
             argv = ["reconciler", "--kubeconfig", str(self.kubeconfig)]

@@ -3,8 +3,9 @@
 Lists and watches the cluster's training jobs and their pods, Services and
 ConfigMaps and publishes every change to the jobs topic (Kafka from
 ``KTO_KAFKA_*``). Replicas elect one leader through a Lease; the others wait.
-Logs one line at start and one per leadership change; stops cleanly on
-SIGTERM or Ctrl-C.
+Prints ``ready <identity> <cluster>`` on stdout once it first becomes the
+active watcher; logs one line at start and one per leadership change; stops
+cleanly on SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
     import os
-    import signal
-    import sys
 
+    from kto import serving
     from kto.cli import UserError
     from services.watcher import running
     from services.watcher.settings import WatcherSettings
@@ -58,33 +58,26 @@ def run(args: argparse.Namespace) -> int:
         provider = tracing.configure("kto-watcher", settings.identity)
     except (ValueError, SettingsError, tracing.TracingConfigError) as exc:
         raise UserError(str(exc)) from None
-    logging.basicConfig(
-        level=os.environ.get("KTO_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     # Per-record logs of the bus and the client stay at DEBUG unless asked for.
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    announced = False
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.create_task(running.run(settings, kafka), name=f"watcher {settings.cluster}")
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, task.cancel)
+    def on_active() -> None:
+        nonlocal announced
+        if not announced:
+            announced = True
+            serving.announce(f"ready {settings.identity} {settings.cluster}")
+
+    async def watch() -> None:
         try:
-            await task
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise
-            logging.getLogger("kto.watcher").info("watcher %s stopped", settings.identity)
+            await running.run(settings, kafka, on_active=on_active)
         except running.ClusterConfigError as exc:
             raise UserError(str(exc)) from None
-        finally:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
+        except asyncio.CancelledError:
+            logging.getLogger("kto.watcher").info("watcher %s stopped", settings.identity)
+            raise
 
     try:
-        asyncio.run(main())
+        return serving.serve(watch)
     finally:
         provider.shutdown()
-    return 0

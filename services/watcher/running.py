@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import typing
+from collections.abc import Callable
 
 from services.watcher import resyncing, watching
 from services.watcher.settings import WatcherSettings
@@ -103,8 +104,11 @@ async def lead(watcher: watching.Watcher, outage: watching.BrokerOutage) -> None
         await asyncio.sleep(delay)
 
 
-async def run(settings: WatcherSettings, kafka_settings: KafkaSettings) -> None:
-    """Watch ``settings.cluster`` while leading its Lease; runs until cancelled."""
+async def run(
+    settings: WatcherSettings, kafka_settings: KafkaSettings, on_active: Callable[[], None] = lambda: None,
+) -> None:
+    """Watch ``settings.cluster`` while leading its Lease; runs until cancelled.
+    ``on_active`` is called each time this process becomes the active watcher."""
     async with await connect(settings) as client:
         log.info("watcher %s starting for cluster %s (%s), namespace %s, lease %s/%s",
                  settings.identity, settings.cluster, client.host, settings.namespace or "(all)",
@@ -123,6 +127,7 @@ async def run(settings: WatcherSettings, kafka_settings: KafkaSettings) -> None:
 
             async def while_leader() -> None:
                 log.info("watcher %s is now the active watcher of cluster %s", settings.identity, settings.cluster)
+                on_active()
                 try:
                     await lead(watcher, outage)
                 finally:

@@ -1,7 +1,7 @@
 """Hydration: what a worker fetches for a job key it has not seen (after a rebalance or restart).
 
 In: a client and a job's kind, namespace and name. Out: the job (None when it
-does not exist) and its children: one GET of the job, then one label-selected
+does not exist) and its children: one GET of the job and one label-selected
 LIST per child type the kind can have, all at once.
 """
 
@@ -36,20 +36,32 @@ def child_types(kind: str, pods_only: bool = False) -> list[tuple[resources.Reso
 async def hydrate(
     client: clients.KubeClient, kind: str, namespace: str, name: str, pods_only: bool = False,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The job and its children, read fresh from the API server."""
+    """The job and its children, read fresh from the API server: the GET of the job
+    and the LISTs of its children go out at once (the LISTs select by the job's
+    name, which is known before the job is read); children of a job that is
+    gone are dropped."""
     job_type = resources.JOB_TYPES[kind]
-    try:
-        job = await client.get(job_type, namespace, name)
-    except clients.ApiError as exc:
-        if exc.not_found:
-            return None, []
-        raise
+    results = await asyncio.gather(
+        _job(client, job_type, namespace, name),
+        *(_children(client, rt, label, namespace, name) for rt, label in child_types(kind, pods_only)),
+    )
+    job = results[0]
+    if job is None:
+        return None, []
     job.setdefault("apiVersion", jobs.API_VERSION)
     job.setdefault("kind", kind)
-    listed = await asyncio.gather(*(
-        _children(client, rt, label, namespace, name) for rt, label in child_types(kind, pods_only)
-    ))
-    return job, [child for items in listed for child in items]
+    return job, [child for items in results[1:] for child in items]
+
+
+async def _job(
+    client: clients.KubeClient, job_type: resources.ResourceType, namespace: str, name: str,
+) -> dict[str, Any] | None:
+    try:
+        return await client.get(job_type, namespace, name)
+    except clients.ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
 
 
 async def _children(

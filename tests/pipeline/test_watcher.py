@@ -450,11 +450,13 @@ async def test_kto_watcher_publishes_until_sigterm_and_exits_cleanly(
         assert found[0].instance.count("-") >= 2  # hostname-pid-random
     finally:
         process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), 20)
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 20)
     log_text = stderr.decode()
     assert process.returncode == 0, log_text
     assert "Traceback" not in log_text
     assert "is now the active watcher" in log_text and "released lease" in log_text
+    ready = stdout.decode().split()
+    assert ready[:1] == ["ready"] and ready[2:] == [CLUSTER], ready
 
 
 async def test_kto_watcher_with_an_unknown_context_says_so_in_one_line(

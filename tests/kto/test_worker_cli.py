@@ -1,0 +1,42 @@
+"""The worker commands reject bad flags in one line, before touching Kafka or a cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kto(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kto", *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["status-service", "--write-interval", "-1"], "--write-interval"),
+        (["reconciler", "--create-concurrency", "0"], "--create-concurrency"),
+        (["reconciler", "--concurrency", "0"], "--concurrency"),
+        (["status-service", "--kubeconfig", "/nonexistent/kubeconfig"], "/nonexistent/kubeconfig"),
+    ],
+)
+def test_a_bad_worker_flag_is_named_in_one_line(args: list[str], named: str) -> None:
+    result = kto(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "Traceback" not in result.stderr, lines
+
+
+def test_a_bad_kafka_setting_is_named_by_its_variable() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kto", "reconciler"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+        check=False, env={"PATH": "", "KTO_KAFKA_FETCH_MAX_WAIT_MS": "soon"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "KTO_KAFKA_FETCH_MAX_WAIT_MS" in result.stderr and "Traceback" not in result.stderr
