@@ -145,6 +145,15 @@ def _start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (0 if it is gone), from /proc."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def descendants(pid: int) -> set[int]:
     """Every live process below ``pid`` (children, their children …), from /proc."""
     parents: dict[int, list[int]] = {}
@@ -507,6 +516,10 @@ class Stack:
                 child.reported = True
                 ended.append(Exit(child.name, child.returncode, child.log, tail(child.log)))
         return ended
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) used so far by each child and what it started, by child name."""
+        return {child.name: sum(cpu_seconds(pid) for pid in child.pids()) for child in self.children}
 
     def pids(self) -> set[int]:
         """Every live process this stack started (children and what they started)."""

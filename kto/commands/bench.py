@@ -5,7 +5,9 @@ stdout: ONE JSON object (progress goes to stderr). First the raw create
 ceiling is measured on a fresh ``kto sim`` of the same configuration (pods
 POSTed by 16 concurrent clients); then a Stack runs and ``bench.pipeline``
 submits the PyTorchJobs at the set rate and follows them to Succeeded. See
-bench/pipeline.py for how every figure is taken.
+bench/pipeline.py for how every figure is taken. ``cpu_ms_per_job`` is the
+CPU time each process of the stack used over the run (from /proc) divided by
+the jobs; ``cpu_cores_busy`` is their sum over the run's wall time.
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
     async with stack.Stack(stack_settings) as running:
         _progress(f"stack ready in {time.monotonic() - began:.1f}s; submitting {bench_settings.jobs} jobs "
                   f"at {bench_settings.rate:g}/s")
+        cpu_before, wall_before = running.cpu_seconds(), time.monotonic()
         result = await pipeline.run(pipeline.Target(running.kubeconfig, tuple(running.contexts)), bench_settings)
+        cpu_after, wall = running.cpu_seconds(), time.monotonic() - wall_before
         died = running.exits()
         if died:
             raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the run (see {e.log})"
@@ -97,6 +101,10 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
     figures["create_ceiling_jobs_per_s"] = round(ceiling_jobs, 2)
     materialized = figures["materialized_jobs_per_s"]
     figures["throughput_vs_ceiling"] = round(materialized / ceiling_jobs, 3) if materialized else 0
+    used = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_before}
+    figures["cpu_ms_per_job"] = {name: round(seconds * 1000 / bench_settings.jobs, 1)
+                                 for name, seconds in sorted(used.items())}
+    figures["cpu_cores_busy"] = round(sum(used.values()) / wall, 2) if wall > 0 else None
     figures["parameters"] = {
         "jobs": bench_settings.jobs, "rate": bench_settings.rate, "replicas": bench_settings.replicas,
         "pod_duration": bench_settings.pod_duration, "clusters": stack_settings.clusters,

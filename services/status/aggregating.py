@@ -38,6 +38,17 @@ class _Pace:
     last_write: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    version: str
+    source: dict[str, Any]
+    """The view's job dict it was made from (a new observation replaces the dict)."""
+    job: jobs.Job
+    invalid: tuple[str, str] | None
+    """(reason, message) when the job fails validation."""
+    defaulted: jobs.Job | None
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -58,6 +69,8 @@ class StatusAggregator:
         self._publisher = publisher
         self._views: dict[str, views.JobView] = {}
         self._paces: dict[str, _Pace] = {}
+        self._prepared: dict[int, _Prepared] = {}
+        """id(view) → its job prepared for computing (see ``_prepare``)."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
@@ -112,6 +125,7 @@ class StatusAggregator:
         if view.job is None:
             self._views.pop(job_key, None)
             self._paces.pop(job_key, None)
+            self._prepared.pop(id(view), None)
             return None
         pace = self._paces[job_key]
         due = (pace.last_write if pace.last_write is not None else pace.first_seen) + self._settings.write_interval
@@ -128,26 +142,38 @@ class StatusAggregator:
     def _clock(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def _compute(self, view: views.JobView) -> tuple[jobs.Job, statuses.Outcome] | None:
+    def _prepare(self, view: views.JobView) -> _Prepared | None:
+        """The job loaded, validated and defaulted, once per resourceVersion of it."""
         assert view.job is not None
-        now = _now()
-        verdict = view.current_verdict()
+        version = str((view.job.get("metadata") or {}).get("resourceVersion") or "")
+        cached = self._prepared.get(id(view))
+        if cached is not None and version and cached.version == version and cached.source is view.job:
+            return cached
         try:
             job = jobs.load(view.job)
         except jobs.LoadError:
             # The reconciler publishes the validation verdict that names the fields.
             return None
-        if verdict is None:
-            report = validating.validate(job)
-            if not report.ok:
-                verdict = (
-                    f"{job.KIND}FailedValidation",
-                    f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
-                )
+        report = validating.validate(job)
+        invalid = None if report.ok else (
+            f"{job.KIND}FailedValidation",
+            f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
+        )
+        prepared = _Prepared(version, view.job, job, invalid, None if invalid else defaulting.set_defaults(job))
+        self._prepared[id(view)] = prepared
+        return prepared
+
+    def _compute(self, view: views.JobView) -> tuple[jobs.Job, statuses.Outcome] | None:
+        prepared = self._prepare(view)
+        if prepared is None:
+            return None
+        now = _now()
+        job = prepared.job
+        verdict = view.current_verdict() or prepared.invalid
         if verdict is not None and verdict[0].endswith("FailedValidation"):
             return job, statuses.compute(job, [], now, statuses.Verdict(*verdict))
         pods = [p for p in view.children.values() if p.get("kind", "Pod") == "Pod"]
-        defaulted = defaulting.set_defaults(job)
+        defaulted = prepared.defaulted or defaulting.set_defaults(job)
         owned = [p for p in pods if _controller_uid(p) in (job.metadata.uid, None) or not job.metadata.uid]
         return job, statuses.compute(
             defaulted, owned, now, statuses.Verdict(*verdict) if verdict is not None else None,

@@ -24,10 +24,12 @@ Per-kind decisions come from ``frameworks.for_job(job)`` (``base.Framework``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import decimal
 import fractions
+import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.api import common, jobs
@@ -46,22 +48,55 @@ SCHEDULER_PLUGINS_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 DEFAULT_VOLCANO_QUEUE = "default"
 
 
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One desired child: its kind and name, and how to build its manifest.
+
+    Building a pod copies its template; a reconciler that already has the child
+    only needs the name, so :func:`planned` leaves the building to the caller.
+    """
+
+    kind: str
+    name: str
+    build: Callable[[], Manifest]
+
+
+def planned(
+    job: jobs.Job, settings: operator_settings.OperatorSettings, observed: Sequence[Manifest] = ()
+) -> list[Planned]:
+    """Every desired child of a new or running job, in :func:`plan`'s order, not yet built
+    (pods and Services; the few other children are built here, being few)."""
+    framework = frameworks.for_job(job)
+    children: list[Planned] = []
+    pod_group = desired_pod_group(job, settings, observed)
+    extra = [pod_group] if pod_group is not None else []
+    extra += framework.auxiliary_children(job, settings, observed)
+    children += [Planned(m["kind"], m["metadata"]["name"], functools.partial(_built, m)) for m in extra]
+    for replica_type in framework.replica_order(job):
+        count = framework.replica_count(job, replica_type)
+        children += [
+            Planned("Pod", framework.pod_name(job, replica_type, index),
+                    functools.partial(desired_pod, job, replica_type, index, settings, observed))
+            for index in range(count)
+        ]
+        if framework.has_services:
+            children += [
+                Planned("Service", naming.service_name(job, replica_type, index),
+                        functools.partial(desired_service, job, replica_type, index))
+                for index in range(count)
+            ]
+    return children
+
+
+def _built(manifest: Manifest) -> Manifest:
+    return manifest
+
+
 def plan(
     job: jobs.Job, settings: operator_settings.OperatorSettings, observed: Sequence[Manifest] = ()
 ) -> list[Manifest]:
     """Every desired child of a new or running job, in a fixed order (module docstring)."""
-    framework = frameworks.for_job(job)
-    children: list[Manifest] = []
-    pod_group = desired_pod_group(job, settings, observed)
-    if pod_group is not None:
-        children.append(pod_group)
-    children += framework.auxiliary_children(job, settings, observed)
-    for replica_type in framework.replica_order(job):
-        count = framework.replica_count(job, replica_type)
-        children += [desired_pod(job, replica_type, index, settings, observed) for index in range(count)]
-        if framework.has_services:
-            children += [desired_service(job, replica_type, index) for index in range(count)]
-    return children
+    return [child.build() for child in planned(job, settings, observed)]
 
 
 def replica_count(job: jobs.Job, replica_type: str) -> int:

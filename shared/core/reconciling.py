@@ -214,21 +214,24 @@ def decide(
         decision.deletes += _children_to_drop(owned, podgroups, "failed")
         return decision
 
+    observed = {(c.get("kind"), _name(c)): c for c in owned}
+    desired_keys: set[tuple[Any, str]] = set()
     try:
-        desired = planning.plan(job, settings, owned)
+        # Only missing children and updatable kinds are built: a pod that exists
+        # needs no fresh copy of its template.
+        for wanted in planning.planned(job, settings, owned):
+            desired_keys.add((wanted.kind, wanted.name))
+            current = observed.get((wanted.kind, wanted.name))
+            if current is None:
+                decision.creates.append(wanted.build())
+            elif wanted.kind in UPDATABLE_KINDS:
+                manifest = wanted.build()
+                if _content_differs(manifest, current):
+                    decision.updates.append(_updated(current, manifest))
     except planning.PlanError as exc:
+        decision.creates, decision.updates = [], []
         decision.plan_error = str(exc)
         return decision
-    observed = {(c.get("kind"), _name(c)): c for c in owned}
-    desired_keys = set()
-    for manifest in desired:
-        key = (manifest.get("kind"), _name(manifest))
-        desired_keys.add(key)
-        current = observed.get(key)
-        if current is None:
-            decision.creates.append(manifest)
-        elif manifest.get("kind") in UPDATABLE_KINDS and _content_differs(manifest, current):
-            decision.updates.append(_updated(current, manifest))
     for child in owned:
         key = (child.get("kind"), _name(child))
         if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not statuses.is_deleting(child):
