@@ -123,10 +123,8 @@ class KafkaSettings:
             if raw is None or raw.strip() == "":
                 continue
             raw = raw.strip()
-            if field.name == "linger_ms":
-                values[field.name] = _parse(var, raw, _non_negative_int)
-            elif field.type in ("int", int):
-                values[field.name] = _parse(var, raw, _positive_int)
+            if field.type in ("int", int):
+                values[field.name] = _parse(var, raw, _int_at_least(0 if field.name == "linger_ms" else 1))
             elif field.name in ("security_protocol", "sasl_mechanism"):
                 values[field.name] = raw.upper()
             else:
@@ -149,24 +147,17 @@ def _parse(var: str, raw: str, parse: Callable[[str], _T]) -> _T:
         raise SettingsError(f"{var}={raw!r}: {exc}") from None
 
 
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError("not an integer") from None
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError("not an integer") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return value
 
-
-def _non_negative_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError("not an integer") from None
-    if value < 0:
-        raise ValueError("must not be negative")
-    return value
+    return parse
 
 
 def _check(s: KafkaSettings) -> None:
