@@ -31,6 +31,8 @@ class Worker(Protocol):
 
     def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> Awaitable[float | None]: ...
 
+    def forget(self, job_keys: set[str]) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -66,6 +68,7 @@ async def run(
         consumer = await stack.enter_async_context(
             consuming.KeyedConsumer(
                 kafka, identity.group_id, worker.handle, settle=worker.settle, accept=worker.accepts,
+                on_revoked=worker.forget,
                 concurrency_limit=identity.concurrency, span_name=identity.span_name,
                 instance=identity.instance,
                 retriable=lambda exc: getattr(exc, "retriable", False) is True,

@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving.add_worker_arguments(parser, group="kto-reconciler")
     parser.add_argument("--create-concurrency", type=int, default=16,
                         help="pods and services of one job created at the same time (default 16)")
+    parser.add_argument("--check-after", type=float, default=300.0, metavar="SECONDS",
+                        help="read a job afresh when it was not observed for this long, to notice one deleted "
+                        "while no watcher ran (default 300; 0 = never)")
     add_operator_arguments(parser)
 
 
@@ -37,9 +40,12 @@ def run(args: argparse.Namespace) -> int:
     kafka = serving.worker_kafka(args)
     if args.create_concurrency < 1:
         raise cli.UserError("--create-concurrency must be at least 1")
+    if not args.check_after >= 0:
+        raise cli.UserError(f"--check-after {args.check_after}: must be a number of seconds ≥ 0")
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
         concurrency=args.concurrency, group_id=args.group, create_concurrency=args.create_concurrency,
+        check_after=args.check_after,
         operator=OperatorSettings(
             gang_scheduler_name=args.gang_scheduler_name,
             pytorch_init_container_image=args.pytorch_init_container_image,

@@ -27,7 +27,7 @@ from services.reconciler.settings import ReconcilerSettings
 log = logging.getLogger(__name__)
 
 VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
-WANTED_DECISIONS = VERDICT_ACTIONS | {"timer_fired"}
+WANTED_DECISIONS = VERDICT_ACTIONS | {"timer_fired", "job_check_due"}
 CONCURRENT_KINDS = frozenset({"Pod", "Service"})
 """Children created concurrently; the others are created first, one by one, in plan order."""
 
@@ -50,6 +50,11 @@ class Reconciler:
         """(job key, child) → loop time this worker deleted it; it counts as going away until grace ends."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._job_seen: dict[str, float] = {}
+        """Job key → loop time its job was last observed (or last checked)."""
+        self._checking: set[str] = set()
+        """Keys whose ``job_check_due`` record is on its way."""
+        self._sweeper: asyncio.Task[None] | None = None
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the reconciler reads: every
@@ -60,6 +65,8 @@ class Reconciler:
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record in (the KeyedConsumer handler); True if it may change the decision."""
         self._loop = asyncio.get_running_loop()
+        if self._sweeper is None and self._settings.check_after > 0:
+            self._sweeper = self._loop.create_task(self._sweep_forever(), name="reconciler stale-job sweep")
         key = records.JobKey.parse(record.key)
         if key.kind not in jobs.KINDS:
             return False
@@ -67,7 +74,13 @@ class Reconciler:
         if isinstance(record, records.Decision):
             if record.action in VERDICT_ACTIONS and record.source == "reconciler":
                 view.set_verdict(record.detail.get("uid"), record.reason, record.message)
+            if record.action == "job_check_due":
+                self._checking.discard(record.key)
+                view.hydrated = False  # read the job and its children afresh
+                return True
             return record.action == "timer_fired"
+        if record.object_kind in jobs.KINDS:
+            self._job_seen[record.key] = self._loop.time()
         self._observe(view, record)
         if record.event == "DELETED":
             self._deleted.pop((record.key, views.child_key(record.object)), None)
@@ -79,12 +92,55 @@ class Reconciler:
         view = self._views.get(job_key)
         if view is None:
             return
+        if view.gone:
+            self._forget(job_key)  # its DELETED observation was the last word
+            return
         if not view.hydrated:
+            known = view.job
             await self._hydrate(key, view)
+            if view.job is None and known is not None:
+                await self._deleted_unobserved(key, known)
         if view.job is None:
             self._forget(job_key)
             return
         await self._reconcile(key, view)
+
+    async def _deleted_unobserved(self, key: records.JobKey, job: dict[str, Any]) -> None:
+        """The view held a job that the API server no longer has, and no DELETED
+        observation came (it was deleted while no watcher ran): say so on the
+        topic, as an observation of this worker, so every consumer drops the job
+        and the audit trail ends with its deletion."""
+        meta = job.get("metadata") or {}
+        log.info("%s is gone from the API server without a DELETED observation; publishing one", key)
+        await self._publisher.publish(records.Observation(
+            id=records.deterministic_id("reconciler", str(key), str(meta.get("uid") or ""), "DELETED"),
+            key=str(key), resource_version=str(meta.get("resourceVersion") or ""),
+            object_kind=key.kind, event="DELETED", object=job,
+            source="reconciler", instance=self._settings.instance,
+        ))
+
+    async def _sweep_forever(self) -> None:
+        """Every half ``check_after``: a job not observed for ``check_after`` seconds
+        (the watcher resyncs live jobs far more often) gets a ``job_check_due``
+        record, so it is read afresh in its key's order; one deleted while no
+        watcher ran is then found gone."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._settings.check_after / 2)
+            now = loop.time()
+            due = [k for k, seen in self._job_seen.items()
+                   if now - seen >= self._settings.check_after and k not in self._checking and k in self._views]
+            for job_key in due:
+                self._checking.add(job_key)
+                self._job_seen[job_key] = now
+                try:
+                    await self._publisher.publish(self._decision(
+                        records.JobKey.parse(job_key), "job_check_due", reason="NotObservedRecently",
+                        message=f"no observation of the job for {self._settings.check_after:g}s; reading it afresh",
+                    ))
+                except Exception:
+                    self._checking.discard(job_key)
+                    log.exception("job_check_due for %s not published", job_key)
 
     def _observe(self, view: views.JobView, record: records.Observation) -> None:
         deleted = record.event == "DELETED"
@@ -102,10 +158,19 @@ class Reconciler:
             view.observe_job(job, deleted=False)
             for child in children:
                 view.observe_child(child, deleted=False)
+            self._job_seen[str(key)] = asyncio.get_running_loop().time()
         view.hydrated = True
+
+    def forget(self, job_keys: set[str]) -> None:
+        """Drop the views of keys whose partitions went to another worker: if they
+        come back, they are hydrated afresh instead of trusted stale."""
+        for job_key in job_keys:
+            self._forget(job_key)
 
     def _forget(self, job_key: str) -> None:
         self._views.pop(job_key, None)
+        self._job_seen.pop(job_key, None)
+        self._checking.discard(job_key)
         timer = self._timers.pop(job_key, None)
         if timer is not None:
             timer.cancel()
@@ -309,6 +374,8 @@ class Reconciler:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -37,6 +37,11 @@ class ReconcilerSettings:
     group_id: str = "kto-reconciler"
     """Kafka consumer group shared by all reconciler workers."""
 
+    check_after: float = 300.0
+    """Seconds without an observation of a job after which it is read afresh (the
+    watcher resyncs live jobs every 30 s by default), so a job deleted while no
+    watcher ran is noticed; 0 turns the check off."""
+
     delete_grace: float = 300.0
     """Seconds a child this worker deleted counts as going away before it is deleted again."""
 

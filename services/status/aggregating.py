@@ -123,9 +123,7 @@ class StatusAggregator:
                     view.observe_child(pod, deleted=False)
             view.hydrated = True
         if view.job is None:
-            self._views.pop(job_key, None)
-            self._paces.pop(job_key, None)
-            self._prepared.pop(id(view), None)
+            self.forget({job_key})
             return None
         pace = self._paces[job_key]
         due = (pace.last_write if pace.last_write is not None else pace.first_seen) + self._settings.write_interval
@@ -138,6 +136,15 @@ class StatusAggregator:
         if await self._write(client, key, view):
             pace.last_write = self._clock()
         return None
+
+    def forget(self, job_keys: set[str]) -> None:
+        """Drop what is kept for keys that are gone or whose partitions went to
+        another worker (hydrated afresh if they come back)."""
+        for job_key in job_keys:
+            view = self._views.pop(job_key, None)
+            self._paces.pop(job_key, None)
+            if view is not None:
+                self._prepared.pop(id(view), None)
 
     def _clock(self) -> float:
         return asyncio.get_running_loop().time()

@@ -12,7 +12,8 @@ Out: calls of ``handler(record, trace_context)``, inside a span, with
   a crash or rebalance re-delivers but never skips;
 * **drain on revoke** — records of revoked partitions are no longer taken in;
   those already taken in are finished and committed before the rebalance
-  goes on;
+  goes on; once the new assignment is known, ``on_revoked`` is told the job
+  keys of the partitions lost, so the worker drops what it kept for them;
 * **duplicates dropped** — a record id seen recently (bounded LRU) is skipped;
 * **records not wanted passed over** (optional ``accept``) — by their
   ``kto-type`` header, without decoding them;
@@ -164,6 +165,7 @@ class KeyedConsumer:
         settle: Settle | None = None,
         settle_span_name: str | None = None,
         accept: Callable[[str], bool] | None = None,
+        on_revoked: Callable[[set[str]], None] | None = None,
     ) -> None:
         """
         Args:
@@ -188,6 +190,10 @@ class KeyedConsumer:
                 wants it; records it refuses are passed over undecoded (their
                 offsets still count as done). Records without the header are
                 always handled.
+            on_revoked: told, after a rebalance, the job keys of the partitions
+                this member lost (revoked and not given back): whatever it keeps
+                per key must go, since another member handles those keys now and
+                this one's copy would be stale if they came back.
             settle_span_name: name of the span a settle runs in (``span_name``
                 by default; the records' spans are then named ``<span_name> take``).
         """
@@ -206,6 +212,7 @@ class KeyedConsumer:
         self._policy = policy
         self._settle = settle
         self._accept = accept
+        self._revoked_hook = on_revoked
         self._settle_span_name = settle_span_name or span_name
         self._span_name = f"{span_name} take" if settle is not None and settle_span_name is None else span_name
         self._commit_interval = commit_interval
@@ -218,6 +225,10 @@ class KeyedConsumer:
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._queues: dict[str, collections.deque[tuple[Any, _Partition]]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._keys: dict[TopicPartition, set[str]] = {}
+        """Job keys taken in from each assigned partition (told to ``on_revoked``)."""
+        self._revoked_keys: dict[TopicPartition, set[str]] = {}
+        """Keys of partitions revoked in the rebalance under way, until the new assignment."""
         self._wakeups: dict[str, asyncio.Event] = {}
         """Per key whose settle asked for a delay: set when a record of it arrives or on stop/revoke."""
         self._group: asyncio.TaskGroup | None = None
@@ -345,6 +356,7 @@ class KeyedConsumer:
         key = message.key.decode(errors="replace") if message.key else f"<{tp.topic}/{tp.partition}>"
         self._emit(events.MESSAGE_IN, topic=tp.topic, partition=tp.partition,
                    offset=message.offset, key=key, group=self._group_id)
+        self._keys.setdefault(tp, set()).add(key)
         queue = self._queues.get(key)
         if queue is None:
             assert self._group is not None
@@ -612,6 +624,10 @@ class KeyedConsumer:
         for partition in partitions:
             if self._partitions.get(partition.tp) is partition:
                 del self._partitions[partition.tp]
+        # Which keys are lost is known once the new assignment is (an eager
+        # rebalance revokes everything, then gives most of it back).
+        for tp in revoked:
+            self._revoked_keys.setdefault(tp, set()).update(self._keys.pop(tp, set()))
 
     def _on_assigned(self, assigned: list[TopicPartition]) -> None:
         if self._closed:
@@ -620,6 +636,16 @@ class KeyedConsumer:
             current = self._partitions.get(tp)
             if current is None or current.revoked:
                 self._partitions[tp] = _Partition(tp)
+            kept = self._revoked_keys.pop(tp, None)
+            if kept:
+                self._keys.setdefault(tp, set()).update(kept)
+        lost = set().union(*self._revoked_keys.values())
+        self._revoked_keys.clear()
+        if lost and self._revoked_hook is not None:
+            try:
+                self._revoked_hook(lost)
+            except Exception:
+                log.exception("on_revoked failed for %d keys", len(lost))
         self._emit(events.PARTITIONS_ASSIGNED, group=self._group_id,
                    partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
 

@@ -165,6 +165,9 @@ WELL_KNOWN_ACTIONS: tuple[str, ...] = (
     "job_validation_failed",
     "status_written",
     "job_deleted_ttl",
+    "timer_fired",
+    "job_check_due",
+    "child_updated",
 )
 """Actions the services publish today. ``Decision.action`` stays an open string so
 a newer service can add one without breaking older readers."""

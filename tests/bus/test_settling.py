@@ -165,3 +165,31 @@ async def test_submitted_records_resolve_in_order_and_are_all_read_back(
     for n, k in enumerate(keys):
         history = await reading.read_history(bus, k)
         assert [r.detail["seq"] for r in history] == list(range(n, 300, 5))  # type: ignore[union-attr]
+
+
+async def test_a_member_is_told_the_keys_of_the_partitions_it_lost(
+    bus: KafkaSettings, publisher: producing.Publisher,
+) -> None:
+    keys = [key(f"moving-{n}") for n in range(16)]
+    handled: set[str] = set()
+    forgotten: set[str] = set()
+
+    async def handle(record: records.Record, _: otel_context.Context) -> None:
+        handled.add(record.key)
+
+    async def ignore(record: records.Record, _: otel_context.Context) -> None:
+        return None
+
+    a = await start(bus, handle, group="moving", on_revoked=forgotten.update)
+    await publisher.publish_many([decision(k, 0) for k in keys])
+    await until(lambda: handled == set(keys))
+    b = await start(bus, ignore, group="moving")
+    await until(lambda: bool(a.consumer.assignment) and bool(b.consumer.assignment)
+                and len(a.consumer.assignment) + len(b.consumer.assignment) == bus.partitions)
+    moved = {tp.partition for tp in b.consumer.assignment}
+    expected = {k for k in keys if reading.partition_for_key(k, bus.partitions) in moved}
+    await until(lambda: expected <= forgotten)  # while a still runs: told at the rebalance
+    assert expected, "b took partitions holding some of the keys"
+    assert not forgotten - expected, "keys of partitions a kept are kept"
+    await b.stop()
+    await a.stop()

@@ -23,6 +23,7 @@ def kto(*args: str) -> subprocess.CompletedProcess[str]:
         (["status-service", "--write-interval", "-1"], "--write-interval"),
         (["reconciler", "--create-concurrency", "0"], "--create-concurrency"),
         (["reconciler", "--concurrency", "0"], "--concurrency"),
+        (["reconciler", "--check-after", "-5"], "--check-after"),
         (["status-service", "--kubeconfig", "/nonexistent/kubeconfig"], "/nonexistent/kubeconfig"),
     ],
 )

@@ -222,3 +222,26 @@ async def test_a_jobs_status_writes_are_paced_and_a_burst_of_pod_changes_is_writ
     ]
     assert 2 <= len(writes) <= 3, writes
     assert all(later - earlier >= 0.45 for earlier, later in zip(writes, writes[1:])), writes
+
+
+async def test_a_job_deleted_while_no_watcher_ran_is_noticed_and_its_deletion_published(
+    pipeline: Pipeline,
+) -> None:
+    await pipeline.stop("reconciler")
+    pipeline.start_reconciler("checker", check_after=1.0)
+    manifest = job("JAXJob", "unseen-delete", {"Worker": (1, "Never")}, "jax")
+    manifest["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "60s"
+    await pipeline.submit(manifest)
+    await pipeline.wait_for("JAXJob", "unseen-delete", "Running")
+    await pipeline.stop("watcher")
+    await pipeline.client.delete(resources.JOB_TYPES["JAXJob"], "default", "unseen-delete")
+    key = "kto-1/default/JAXJob/unseen-delete"
+
+    async def deletion_published() -> bool:
+        history = await reading.read_history(pipeline.kafka, key)
+        return any(isinstance(r, records.Observation) and r.event == "DELETED" and r.source == "reconciler"
+                   and r.object_kind == "JAXJob" for r in history)
+
+    await pipeline.eventually(deletion_published, timeout=30, what="the reconciler's DELETED observation")
+    history = await reading.read_history(pipeline.kafka, key)
+    assert any(isinstance(r, records.Decision) and r.action == "job_check_due" for r in history)
