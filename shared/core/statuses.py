@@ -22,17 +22,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from shared.api import common, jobs
-from shared.core import conditions
+from shared.core import conditions, naming
 
 Pod = dict[str, Any]
 
 EXIT_CODE_UNKNOWN = 0xBEEF
 """Upstream's sentinel exit code when the default container has not terminated."""
 
-LABEL_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-LABEL_JOB_NAME = "training.kubeflow.org/job-name"
-LABEL_OPERATOR_NAME = "training.kubeflow.org/operator-name"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,10 +106,10 @@ def replica_pods(job: jobs.Job, pods: Sequence[Pod], replica_type: str) -> dict[
     rt = replica_type.lower()
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get(LABEL_REPLICA_TYPE) != rt:
+        if labels.get(naming.LABEL_REPLICA_TYPE) != rt:
             continue
         try:
-            index = int(labels.get(LABEL_REPLICA_INDEX, ""))
+            index = int(labels.get(naming.LABEL_REPLICA_INDEX, ""))
         except ValueError:
             if isinstance(job, jobs.MPIJob) and rt == "launcher":
                 index = 0
@@ -164,9 +160,9 @@ def replica_order(job: jobs.Job) -> list[str]:
 def selector(job: jobs.Job, replica_type: str) -> str:
     """§4.4: the scale subresource's label selector, keys sorted."""
     return (
-        f"{LABEL_JOB_NAME}={job.name},"
-        f"{LABEL_OPERATOR_NAME}={job.CONTROLLER_NAME},"
-        f"{LABEL_REPLICA_TYPE}={replica_type.lower()}"
+        f"{naming.LABEL_JOB_NAME}={job.name},"
+        f"{naming.LABEL_OPERATOR_NAME}={job.CONTROLLER_NAME},"
+        f"{naming.LABEL_REPLICA_TYPE}={replica_type.lower()}"
     )
 
 

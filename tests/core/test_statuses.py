@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from shared.api import jobs
-from shared.core import conditions, statuses
+from shared.core import conditions, naming, statuses
 
 NOW = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
 
@@ -37,12 +37,12 @@ def make_pod(
     job: jobs.Job, rt: str, index: int, phase: str, exit_code: int | None = None, deleting: bool = False
 ) -> dict[str, Any]:
     labels = {
-        statuses.LABEL_REPLICA_TYPE: rt.lower(),
-        statuses.LABEL_JOB_NAME: job.name,
-        statuses.LABEL_OPERATOR_NAME: job.CONTROLLER_NAME,
+        naming.LABEL_REPLICA_TYPE: rt.lower(),
+        naming.LABEL_JOB_NAME: job.name,
+        naming.LABEL_OPERATOR_NAME: job.CONTROLLER_NAME,
     }
     if not (isinstance(job, jobs.MPIJob) and rt == "Launcher"):
-        labels[statuses.LABEL_REPLICA_INDEX] = str(index)
+        labels[naming.LABEL_REPLICA_INDEX] = str(index)
     metadata: dict[str, Any] = {"name": f"{job.name}-{rt.lower()}-{index}", "labels": labels}
     if deleting:
         metadata["deletionTimestamp"] = "2024-01-01T11:00:00Z"
