@@ -50,7 +50,10 @@ TRACEPARENT_ANNOTATION = "kto.dev/traceparent"
 CHILD_SELECTOR = mapping.LABEL_JOB_NAME
 """Server-side label selector of the children watched: the job-name label exists."""
 
-CHILD_TYPES: tuple[resources.ResourceType, ...] = (resources.PODS, resources.SERVICES, resources.CONFIGMAPS)
+CHILD_TYPES: tuple[resources.ResourceType, ...] = (
+    resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
+    resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
+)
 """Kinds of children watched (label-selected)."""
 
 WATCHED_TYPES: tuple[resources.ResourceType, ...] = (*resources.JOB_TYPES.values(), *CHILD_TYPES)

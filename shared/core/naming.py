@@ -101,8 +101,10 @@ def mpi_launcher_labels(job: jobs.Job) -> dict[str, str]:
 
 
 def app_labels(job: jobs.Job) -> dict[str, str]:
-    """``app: <job>``: the labels of MPI's ConfigMap, ServiceAccount, Role and RoleBinding."""
-    return {LABEL_APP: job.name}
+    """The labels of MPI's ConfigMap, ServiceAccount, Role and RoleBinding: upstream's
+    ``app: <job>``, and (added by kto) the job-name label, so the watcher's
+    label-selected watches see these children change or vanish too."""
+    return {LABEL_APP: job.name, LABEL_JOB_NAME: job_label_value(job)}
 
 
 def replica_selector(job: jobs.Job, replica_type: str) -> str:

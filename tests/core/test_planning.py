@@ -240,7 +240,8 @@ def test_mpi_pi_children_in_order_without_services() -> None:
 def test_mpi_pi_rbac_and_config_map() -> None:
     observed = [running_worker("pi-worker-1"), running_worker("pi-worker-0")]
     children = by_name(planning.plan(pi(), OPERATOR, observed))
-    app = {"name": "pi-launcher", "namespace": "ns", "labels": {"app": "pi"}, "ownerReferences": [owner("MPIJob", "pi")]}
+    app = {"name": "pi-launcher", "namespace": "ns", "labels": {"app": "pi", "training.kubeflow.org/job-name": "pi"},
+           "ownerReferences": [owner("MPIJob", "pi")]}
     assert children[("ServiceAccount", "pi-launcher")] == {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": app}
     assert children[("Role", "pi-launcher")]["rules"][1]["resourceNames"] == ["pi-worker-0", "pi-worker-1"]
     assert children[("RoleBinding", "pi-launcher")] == {

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shared.bus import producing, reading, records
-from shared.kube import resources
+from shared.kube import clients, resources
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import Pipeline
 
@@ -245,3 +245,25 @@ async def test_a_job_deleted_while_no_watcher_ran_is_noticed_and_its_deletion_pu
     await pipeline.eventually(deletion_published, timeout=30, what="the reconciler's DELETED observation")
     history = await reading.read_history(pipeline.kafka, key)
     assert any(isinstance(r, records.Decision) and r.action == "job_check_due" for r in history)
+
+
+async def test_an_mpijob_configmap_deleted_by_hand_is_put_back(pipeline: Pipeline) -> None:
+    manifest = job("MPIJob", "hostfile", {"Launcher": (1, "Never"), "Worker": (2, "Never")}, "mpi")
+    for spec in manifest["spec"]["mpiReplicaSpecs"].values():
+        spec["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "60s"
+    await pipeline.submit(manifest)
+    await pipeline.wait_for("MPIJob", "hostfile", "Running")
+    first = await pipeline.client.get(resources.CONFIGMAPS, "default", "hostfile-config")
+    assert first["metadata"]["labels"] == {"app": "hostfile", "training.kubeflow.org/job-name": "hostfile"}
+    await pipeline.client.delete(resources.CONFIGMAPS, "default", "hostfile-config")
+
+    async def put_back() -> bool:
+        try:
+            again = await pipeline.client.get(resources.CONFIGMAPS, "default", "hostfile-config")
+        except clients.ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return bool(again["metadata"]["uid"] != first["metadata"]["uid"])
+
+    await pipeline.eventually(put_back, what="the ConfigMap re-created")
