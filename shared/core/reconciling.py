@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.api import common, jobs
-from shared.core import conditions, defaulting, naming, planning, statuses, validating
+from shared.core import conditions, defaulting, naming, passes, planning, statuses, validating
 from shared.core.settings import OperatorSettings
 
 Manifest = common.Manifest
@@ -98,19 +98,19 @@ def _delete_pods_and_services(
     by_name = {_name(s): s for s in services}
     refs: list[ChildRef] = []
     for pod in pods:
-        if statuses.is_deleting(pod):
+        if passes.is_deleting(pod):
             continue
-        if only_phases is not None and statuses.phase(pod) not in only_phases:
+        if only_phases is not None and passes.phase(pod) not in only_phases:
             continue
         refs.append(ChildRef.of(pod, reason))
         service = by_name.get(_name(pod))
-        if service is not None and not statuses.is_deleting(service):
+        if service is not None and not passes.is_deleting(service):
             refs.append(ChildRef.of(service, reason))
     return refs
 
 
 def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reason: str) -> list[ChildRef]:
-    return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not statuses.is_deleting(c)]
+    return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not passes.is_deleting(c)]
 
 
 def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
@@ -122,8 +122,8 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
     total = sum(1 if s.replicas is None else s.replicas for s in specs.values())
     stored = job.status or common.JobStatus()
     previously_failed = sum(r.failed or 0 for r in (stored.replica_statuses or {}).values())
-    active = sum(1 for p in pods if statuses.phase(p) not in ("Succeeded", "Failed") and not statuses.is_deleting(p))
-    failed = sum(1 for p in pods if statuses.phase(p) == "Failed")
+    active = sum(1 for p in pods if passes.phase(p) not in ("Succeeded", "Failed") and not passes.is_deleting(p))
+    failed = sum(1 for p in pods if passes.phase(p) == "Failed")
     if failed > previously_failed and active != total and 1 > limit:
         return True
     restarts = 0
@@ -131,7 +131,7 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
         if spec.restart_policy not in ("OnFailure", "Always", "ExitCode"):
             continue
         for pod in statuses.replica_pods(job, pods, rt).values():
-            if statuses.phase(pod) != "Running":
+            if passes.phase(pod) != "Running":
                 continue
             status = pod.get("status") or {}
             for container in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
@@ -234,11 +234,11 @@ def decide(
         return decision
     for child in owned:
         key = (child.get("kind"), _name(child))
-        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not statuses.is_deleting(child):
+        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not passes.is_deleting(child):
             decision.deletes.append(ChildRef.of(child, "scale-down"))
     for rt in job.specs():
         for pod in statuses.replica_pods(job, pods, rt).values():
-            if statuses.restart_action(job, rt, pod) == "restart" and not statuses.is_deleting(pod):
+            if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
                 decision.deletes.append(ChildRef.of(pod, "restart"))
     if any(m.get("kind") == "Pod" for m in decision.creates):
         decision.warnings = [statuses.Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]

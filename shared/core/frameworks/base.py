@@ -2,9 +2,11 @@
 
 In: a defaulted, validated job (plus operator settings, observed children).
 Out: small per-kind decisions — which replica is the master, which env vars
-and init containers a pod gets, which extra children a kind needs — that
-``shared.core.planning`` combines with the logic written once for every kind
-(names, labels, owner references, restart policy, gang scheduling).
+and init containers a pod gets, which extra children a kind needs, when the
+job runs, succeeds or fails — that ``shared.core.planning`` and
+``shared.core.statuses`` combine with the logic written once for every kind
+(names, labels, owner references, restart policy, gang scheduling; condition
+bookkeeping, replica counting, suspension).
 
 ``Framework`` is the interface (a ``typing.Protocol``, checked statically).
 ``GenericFramework`` is an optional base class holding the behaviour the five
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shared.api import common, jobs
-from shared.core import errors, naming, settings
+from shared.core import errors, naming, passes, settings
 
 Manifest = common.Manifest
 EnvVar = dict[str, Any]
@@ -108,6 +110,16 @@ class Framework(Protocol):
         """Warning events (reason, message) that the job's pod templates call for (§4.5, §6.9)."""
         ...
 
+    @property
+    def status_selector(self) -> bool:
+        """Whether ``replicaStatuses`` carry the scale subresource's label selector (§4.4)."""
+        ...
+
+    def status_rules(self, p: passes.Pass) -> None:
+        """The kind's Running / Succeeded / Failed / Restarting rules (§7), applied to
+        a pass whose replica counts the engine has filled (``statuses.compute``)."""
+        ...
+
 
 # ---------------------------------------------------------------------------
 # Helpers shared by the plugins
@@ -125,9 +137,7 @@ def gang_scheduler_name(operator: settings.OperatorSettings) -> str:
 
 def ordered_replica_types(job: jobs.Job) -> list[str]:
     """The job's replica types: the kind's canonical order, then unknown types sorted."""
-    present = job.specs()
-    known = [rt for rt in job.REPLICA_TYPES if rt in present]
-    return known + sorted(rt for rt in present if rt not in job.REPLICA_TYPES)
+    return passes.replica_order(job)
 
 
 def replicas(job: jobs.Job, replica_type: str, default: int = 1) -> int:
@@ -188,12 +198,14 @@ def require_port(job: jobs.Job, replica_type: str, message: str) -> int:
 class GenericFramework(abc.ABC):
     """Behaviour shared by the five kinds that use upstream's generic pod/Service machinery.
 
-    Subclasses set ``kind`` and implement ``is_master_role`` and ``cluster_env``;
+    Subclasses set ``kind`` and implement ``is_master_role``, ``cluster_env`` and
+    ``status_rules``;
     they override the other hooks only where the kind differs.
     """
 
     kind: str = ""
     has_services: bool = True
+    status_selector: bool = False
 
     def replica_order(self, job: jobs.Job) -> list[str]:
         return ordered_replica_types(job)
@@ -210,6 +222,9 @@ class GenericFramework(abc.ABC):
 
     @abc.abstractmethod
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool: ...
+
+    @abc.abstractmethod
+    def status_rules(self, p: passes.Pass) -> None: ...
 
     @abc.abstractmethod
     def cluster_env(

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shared.api import jobs
-from shared.core import errors, naming, settings
+from shared.core import errors, naming, passes, settings
 from shared.core.frameworks import base
 
 LAUNCHER = "Launcher"
@@ -223,11 +223,34 @@ def _config_volume(job: jobs.Job, items: list[base.Manifest]) -> base.Manifest:
     return {"name": CONFIG_VOLUME, "configMap": {"name": naming.mpi_config_name(job), "items": items}}
 
 
+def _status_rules(p: passes.Pass) -> None:
+    """§7.7: only the launcher decides Running and Succeeded; reason MPIJobMPIJobFailed kept (wire-level)."""
+    job = p.job
+    for rt in passes.replica_order(job):
+        c = p.counts[rt]
+        if rt == "Launcher":
+            if c.active > 0:
+                p.running(f"MPIJob {job.name} is running.")
+            if p.replicas(rt) - c.succeeded == 0:
+                p.succeeded(f"MPIJob {job.name} is successfully completed.")
+                return
+        if c.failed > 0:
+            message = f"MPIJob {job.name} is failed because {c.failed} {rt} replica(s) failed."
+            if p.policy(rt) == "ExitCode":
+                p.restarting(f"MPIJob {job.name} is restarting because {c.failed} {rt} replica(s) failed.")
+            else:
+                p.failed(message, reason_word="MPIJobFailed")
+
+
 class MPI:
     """Legacy MPIJob: its own pod shapes and RBAC, no Services (not a ``GenericFramework``)."""
 
     kind = jobs.MPIJob.KIND
     has_services = False
+    status_selector = False
+
+    def status_rules(self, p: passes.Pass) -> None:
+        _status_rules(p)
 
     def replica_order(self, job: jobs.Job) -> list[str]:
         """Workers first, then the launcher, as upstream creates them."""

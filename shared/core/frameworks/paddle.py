@@ -10,7 +10,7 @@ Upstream: ``pkg/controller.v1/paddlepaddle/envvar.go@v1.9.0``.
 from __future__ import annotations
 
 from shared.api import jobs
-from shared.core import naming, settings
+from shared.core import naming, passes, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -25,8 +25,19 @@ def port(job: jobs.Job, replica_type: str) -> int:
     return job.DEFAULT_PORT if found is None else found
 
 
+_STATUS_RULES = passes.master_or_worker_rules(
+    (MASTER,), ("{kind} {name} is running.", "{kind} {name} is successfully completed."),
+    ("{kind} {ns}/{name} is running.", "{kind} {ns}/{name} successfully completed."), elastic_shortcut=False,
+)
+"""§7.5: the Master decides; without one the Worker does."""
+
+
 class Paddle(base.GenericFramework):
     kind = jobs.PaddleJob.KIND
+    status_selector = True
+
+    def status_rules(self, p: passes.Pass) -> None:
+        _STATUS_RULES(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:
         """The Master pods only (collective worker-0 gets no role label)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.api import jobs
-from shared.core import errors, naming, settings
+from shared.core import errors, naming, passes, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -134,8 +134,19 @@ def desired_hpa(job: jobs.Job) -> base.Manifest | None:
     }
 
 
+_STATUS_RULES = passes.master_or_worker_rules(
+    (MASTER,), ("{kind} {name} is running.", "{kind} {name} is successfully completed."),
+    ("{kind} {ns}/{name} is running.", "{kind} {ns}/{name} successfully completed."), elastic_shortcut=True,
+)
+"""§7.2: the Master decides; without one the Worker does (an elastic job succeeds with its first worker)."""
+
+
 class PyTorch(base.GenericFramework):
     kind = jobs.PyTorchJob.KIND
+    status_selector = True
+
+    def status_rules(self, p: passes.Pass) -> None:
+        _STATUS_RULES(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:
         """The Master pods; without a Master RT, Worker 0."""

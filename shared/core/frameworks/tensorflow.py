@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.api import jobs
-from shared.core import naming, settings
+from shared.core import conditions, naming, passes, settings
 from shared.core.frameworks import base
 
 CHIEF = "Chief"
@@ -88,8 +88,62 @@ def tf_config(job: jobs.Job, replica_type: str, index: int, operator: settings.O
     return _dump({"cluster": cluster, "task": task, "environment": "cloud"})
 
 
+def _worker0_completed(p: passes.Pass) -> bool:
+    if "Worker" not in p.job.specs():
+        return True
+    pod = p.pods.get("Worker", {}).get(0)
+    if pod is None or passes.phase(pod) != "Succeeded":
+        return False
+    return passes.default_exit_code(pod, p.job.DEFAULT_CONTAINER) == 0
+
+
+def _status_rules(p: passes.Pass) -> None:
+    """§7.3, visiting Chief, Evaluator, Master, PS, Worker."""
+    job = p.job
+    assert isinstance(job.spec, jobs.TFJobSpec)
+    ns_name = f"{job.namespace}/{job.name}"
+    restarting = conditions.find(p.status, conditions.RESTARTING)
+    remembered = (restarting.reason, restarting.message) if restarting is not None else None
+    specs = job.specs()
+    has_chief = "Chief" in specs or "Master" in specs
+    worker0_completed = _worker0_completed(p)
+    succeeded_now = False
+    for rt in ("Chief", "Evaluator", "Master", "PS", "Worker"):
+        if rt not in specs:
+            continue
+        c = p.counts[rt]
+        expected = p.replicas(rt) - c.succeeded
+        if has_chief and rt in ("Chief", "Master"):
+            if c.active > 0:
+                p.running(f"TFJob {ns_name} is running.")
+            if expected == 0:
+                p.succeeded(f"TFJob {ns_name} successfully completed.")
+                succeeded_now = True
+        elif not has_chief and rt == "Worker":
+            all_workers = job.spec.success_policy == "AllWorkers"
+            if expected == 0 or (worker0_completed and not all_workers):
+                p.succeeded(f"TFJob {ns_name} successfully completed.")
+                succeeded_now = True
+            elif c.active > 0:
+                p.running(f"TFJob {ns_name} is running.")
+        if c.failed > 0:
+            if remembered is not None:
+                if conditions.set_condition(
+                    p.status, conditions.RESTARTING, "True", remembered[0] or p.reason("Restarting"),
+                    remembered[1] or "", p.now,
+                ):
+                    p.events.append(passes.Event("Warning", p.reason("Restarting"), remembered[1] or ""))
+            elif job.spec.enable_dynamic_worker and rt == "Worker":
+                continue
+            elif not succeeded_now and not conditions.is_true(p.status, conditions.SUCCEEDED):
+                p.failed(f"TFJob {ns_name} has failed because {c.failed} {rt} replica(s) failed.")
+
+
 class TensorFlow(base.GenericFramework):
     kind = jobs.TFJob.KIND
+
+    def status_rules(self, p: passes.Pass) -> None:
+        _status_rules(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:
         """Chief/Master pods; without either, Worker 0."""
