@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.broker"]
+pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.broker", "tests.fixtures.pipeline"]

@@ -13,8 +13,6 @@ from shared.bus import reading, records
 from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_pipeline import job
 
-pytest_plugins = ["tests.fixtures.pipeline"]
-
 
 async def start_reconciler_process(pipeline: Pipeline) -> subprocess.Popen[str]:
     env = {

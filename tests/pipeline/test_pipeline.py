@@ -13,8 +13,6 @@ from shared.kube import clients, resources
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import Pipeline
 
-pytest_plugins = ["tests.fixtures.pipeline"]
-
 SIM = {"sim.kto.dev/duration": "1s"}
 
 
