@@ -79,12 +79,14 @@ class Reconciler:
                 view.hydrated = False  # read the job and its children afresh
                 return True
             return record.action == "timer_fired"
-        if record.object_kind in jobs.KINDS:
-            self._job_seen[record.key] = self._loop.time()
-        self._observe(view, record)
         if record.event == "DELETED":
             self._deleted.pop((record.key, views.child_key(record.object)), None)
-        return True
+        if record.object_kind in jobs.KINDS:
+            self._job_seen[record.key] = self._loop.time()
+            view.observe_job(record.object, record.event == "DELETED")
+            return True
+        # A pod being scheduled or getting an IP changes no decision: no reconcile for it.
+        return view.observe_child(record.object, record.event == "DELETED") or not view.hydrated
 
     async def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> None:
         """Reconcile the key once for every record taken in since its last settle."""
@@ -141,13 +143,6 @@ class Reconciler:
                 except Exception:
                     self._checking.discard(job_key)
                     log.exception("job_check_due for %s not published", job_key)
-
-    def _observe(self, view: views.JobView, record: records.Observation) -> None:
-        deleted = record.event == "DELETED"
-        if record.object_kind in jobs.KINDS:
-            view.observe_job(record.object, deleted)
-        else:
-            view.observe_child(record.object, deleted)
 
     async def _hydrate(self, key: records.JobKey, view: views.JobView) -> None:
         client = await self._clusters.get(key.cluster)

@@ -93,7 +93,9 @@ class StatusAggregator:
         elif record.object_kind in jobs.KINDS:
             self._view(record.key).observe_job(record.object, record.event == "DELETED")
         elif record.object_kind == "Pod":
-            self._view(record.key).observe_child(record.object, record.event == "DELETED")
+            view = self._view(record.key)
+            # Scheduling, conditions and IPs do not change the status: nothing to settle.
+            return view.observe_child(record.object, record.event == "DELETED") or not view.hydrated
         else:
             return False
         return True

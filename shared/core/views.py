@@ -34,6 +34,30 @@ def newer_or_same(incoming: Manifest, current: Manifest | None) -> bool:
     return new >= old
 
 
+def relevant_state(obj: Manifest) -> tuple[Any, ...]:
+    """What of a child can change a reconcile decision or a job status.
+
+    For a pod: its uid, labels, controller, whether it is being deleted, its phase and its
+    containers' restart counts and terminated states (exit codes); a pod being
+    scheduled, or getting a new condition or IP, changes none of it. For any
+    other child: every change counts (its resourceVersion).
+    """
+    meta = obj.get("metadata") or {}
+    controllers = tuple(str(ref.get("uid")) for ref in meta.get("ownerReferences") or [] if ref.get("controller"))
+    common = (
+        meta.get("uid"), bool(meta.get("deletionTimestamp")), tuple(sorted((meta.get("labels") or {}).items())),
+        controllers,
+    )
+    if obj.get("kind", "Pod") != "Pod":
+        return (*common, meta.get("resourceVersion"))
+    status = obj.get("status") or {}
+    containers = tuple(
+        (c.get("name"), c.get("restartCount"), repr((c.get("state") or {}).get("terminated")))
+        for c in status.get("containerStatuses") or []
+    )
+    return (*common, status.get("phase"), containers)
+
+
 def child_key(obj: Manifest) -> ChildKey:
     return (str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", "")))
 
@@ -67,18 +91,23 @@ class JobView:
         elif newer_or_same(obj, self.job):
             self.job, self.gone = obj, False
 
-    def observe_child(self, obj: Manifest, deleted: bool) -> None:
+    def observe_child(self, obj: Manifest, deleted: bool) -> bool:
+        """Take in a child; True if what decisions and statuses look at changed
+        (:func:`relevant_state`), False for a change nothing depends on."""
         key = child_key(obj)
         current = self.children.get(key)
         if deleted:
             if current is None or (current.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid"):
-                self.children.pop(key, None)
-            return
+                return self.children.pop(key, None) is not None
+            return False
         if current is not None and (current.get("metadata") or {}).get("uid") != (obj.get("metadata") or {}).get("uid"):
             # A re-created child with the same name: the newer object wins.
             self.children[key] = obj
-        elif newer_or_same(obj, current):
+            return True
+        if newer_or_same(obj, current):
             self.children[key] = obj
+            return current is None or relevant_state(obj) != relevant_state(current)
+        return False
 
     def set_verdict(self, uid: str | None, reason: str, message: str) -> None:
         self.verdict, self.verdict_uid = (reason, message), uid

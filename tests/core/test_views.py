@@ -1,0 +1,72 @@
+"""A worker's view of one job: newer objects win, and only changes that matter ask for a reconcile."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from shared.core import views
+
+
+def pod(rv: int, phase: str = "Pending", uid: str = "p-1", **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pt-worker-0", "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
+                     "labels": {"training.kubeflow.org/replica-type": "worker"},
+                     "ownerReferences": [{"uid": "job-1", "controller": True}]},
+        "spec": {"containers": [{"name": "pytorch"}]},
+        "status": {"phase": phase, **status},
+    }
+
+
+def scheduled(obj: dict[str, Any], rv: int) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    changed["metadata"]["resourceVersion"] = str(rv)
+    changed["spec"]["nodeName"] = "node-1"
+    changed["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    changed["status"]["podIP"] = "10.0.0.7"
+    return changed
+
+
+def test_a_new_child_matters_and_scheduling_does_not() -> None:
+    view = views.JobView()
+    first = pod(10)
+    assert view.observe_child(first, deleted=False) is True
+    assert view.observe_child(scheduled(first, 11), deleted=False) is False
+    assert view.children[("Pod", "pt-worker-0")]["metadata"]["resourceVersion"] == "11", "still kept, newest wins"
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        pytest.param(pod(11, "Running"), id="phase"),
+        pytest.param(pod(11, "Failed", containerStatuses=[
+            {"name": "pytorch", "restartCount": 0, "state": {"terminated": {"exitCode": 137}}}]), id="exit-code"),
+        pytest.param({**pod(11), "metadata": {**pod(11)["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}},
+                     id="deleting"),
+        pytest.param(pod(11, uid="p-2"), id="re-created"),
+    ],
+)
+def test_changes_a_decision_or_a_status_looks_at_matter(later: dict[str, Any]) -> None:
+    view = views.JobView()
+    view.observe_child(pod(10), deleted=False)
+    assert view.observe_child(later, deleted=False) is True
+
+
+def test_an_older_object_is_ignored_and_a_deletion_matters_once() -> None:
+    view = views.JobView()
+    view.observe_child(pod(10, "Running"), deleted=False)
+    assert view.observe_child(pod(9, "Pending"), deleted=False) is False
+    assert view.children[("Pod", "pt-worker-0")]["status"]["phase"] == "Running"
+    assert view.observe_child(pod(12), deleted=True) is True
+    assert view.observe_child(pod(12), deleted=True) is False
+
+
+def test_every_change_of_another_kind_of_child_matters() -> None:
+    view = views.JobView()
+    config = {"kind": "ConfigMap", "metadata": {"name": "pi-config", "uid": "c", "resourceVersion": "1"}, "data": {}}
+    view.observe_child(config, deleted=False)
+    edited = {**config, "metadata": {**config["metadata"], "resourceVersion": "2"}, "data": {"hostfile": "x"}}
+    assert view.observe_child(edited, deleted=False) is True
