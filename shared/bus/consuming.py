@@ -306,6 +306,8 @@ class KeyedConsumer:
         broker outage (it waits and retries)."""
         if self._running:
             raise RuntimeError("run() is already running")
+        if self._stopping.is_set():
+            return  # stopped before it ran: nothing to start, nothing to leave open
         await self.start()
         self._running = True
         try:
