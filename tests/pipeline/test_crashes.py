@@ -1,4 +1,5 @@
-"""A reconciler process killed with SIGKILL mid-run and restarted leaves no duplicate and no missing pod."""
+"""Worker processes killed with SIGKILL mid-run and restarted: the reconciler leaves no duplicate
+and no missing pod; the status worker loses no status change it was holding back."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from tests.pipeline.test_pipeline import job
 
 
 async def start_reconciler_process(pipeline: Pipeline) -> subprocess.Popen[str]:
+    return await start_worker_process(pipeline, "reconciler", f"kto-reconciler-{pipeline.kafka.jobs_topic}")
+
+
+async def start_worker_process(pipeline: Pipeline, command: str, group: str, *args: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "KTO_KAFKA_BOOTSTRAP": pipeline.kafka.bootstrap,
@@ -25,8 +30,7 @@ async def start_reconciler_process(pipeline: Pipeline) -> subprocess.Popen[str]:
         "KTO_KAFKA_HEARTBEAT_INTERVAL_MS": "300",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "kto", "reconciler", "--kubeconfig", str(pipeline.kubeconfig),
-         "--group", f"kto-reconciler-{pipeline.kafka.jobs_topic}"],
+        [sys.executable, "-m", "kto", command, "--kubeconfig", str(pipeline.kubeconfig), "--group", group, *args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert process.stdout is not None
@@ -70,3 +74,36 @@ async def test_a_reconciler_killed_mid_run_and_restarted_leaves_no_duplicate_and
     history = await reading.read_history(pipeline.kafka, "kto-1/default/JAXJob/crash")
     created_names = [r.child_name for r in history if isinstance(r, records.Decision) and r.action == "child_created" and r.child_kind == "Pod"]
     assert set(created_names) == {f"crash-worker-{i}" for i in range(12)}
+
+
+async def test_a_status_worker_killed_while_holding_a_write_back_loses_nothing(pipeline: Pipeline) -> None:
+    """The first write of a job waits for the write interval (5 s here) with its
+    records' offsets uncommitted; killed meanwhile, the worker's successor gets
+    those records again and writes the status (well before any resync)."""
+    group = f"kto-status-{pipeline.kafka.jobs_topic}"
+    await pipeline.stop("status")
+    first = await start_worker_process(pipeline, "status-service", group, "--write-interval", "5")
+    try:
+        manifest: dict[str, Any] = job("JAXJob", "held", {"Worker": (2, "Never")}, "jax")
+        manifest["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "60s"
+        await pipeline.submit(manifest)
+
+        async def running_pods() -> bool:
+            pods = await pipeline.pods("held")
+            return len(pods) == 2 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+        await pipeline.eventually(running_pods, what="both pods Running")
+        await asyncio.sleep(1.5)  # the records are taken in and the write is held back
+        assert not (await pipeline.job("JAXJob", "held")).get("status"), "nothing written yet"
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        second = await start_worker_process(pipeline, "status-service", group)
+        try:
+            done = await pipeline.wait_for("JAXJob", "held", "Running", timeout=20)
+        finally:
+            second.terminate()
+            second.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert done["status"]["replicaStatuses"]["Worker"]["active"] == 2
