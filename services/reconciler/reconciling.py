@@ -211,6 +211,8 @@ class Reconciler:
         await self._create_all(client, key, view, decision.creates)
         for manifest in decision.updates:
             await self._update(client, key, view, manifest)
+        if decision.restarts is not None and not await self._count_restarts(client, key, view, decision.restarts):
+            return
         for ref in decision.deletes:
             await self._delete(client, key, view, ref)
         if decision.delete_job:
@@ -332,6 +334,26 @@ class Reconciler:
         self._deleted[(str(key), (ref.kind, ref.name))] = asyncio.get_running_loop().time()
         action = "replica_restarted" if ref.reason == "restart" else "child_deleted"
         await self._decide(key, view, action, child_kind=ref.kind, child_name=ref.name, reason=ref.reason)
+
+    async def _count_restarts(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, restarts: int,
+    ) -> bool:
+        """Record on the job how many failed pods were deleted for restart, before
+        deleting them (a crash in between over-counts by one, never under-counts);
+        backoffLimit is checked against it. False if the job is gone."""
+        try:
+            patched = await client.patch(
+                resources.JOB_TYPES[key.kind], key.namespace, key.name,
+                {"metadata": {"annotations": {reconciling.RESTARTS_ANNOTATION: str(restarts)}}},
+            )
+        except clients.ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        patched.setdefault("apiVersion", jobs.API_VERSION)
+        patched.setdefault("kind", key.kind)
+        view.observe_job(patched, deleted=False)
+        return True
 
     async def _delete_job(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
         uid = ((view.job or {}).get("metadata") or {}).get("uid")

@@ -62,6 +62,9 @@ class Decision:
     """Seconds until the decision may change by time alone (deadline, TTL)."""
     warnings: list[statuses.Event] = dataclasses.field(default_factory=list)
     plan_error: str | None = None
+    restarts: int | None = None
+    """When set, the job's :data:`RESTARTS_ANNOTATION` must say this before the
+    ``restart`` deletes go out (a job with a backoffLimit counts them)."""
 
     @property
     def empty(self) -> bool:
@@ -113,12 +116,34 @@ def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reaso
     return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not passes.is_deleting(c)]
 
 
+RESTARTS_ANNOTATION = "kto.dev/replica-restarts"
+"""How many failed pods the reconciler has deleted for restart (kto's own record, on the job)."""
+
+
+def operator_restarts(job: jobs.Job) -> int:
+    """The :data:`RESTARTS_ANNOTATION` count (0 when absent or unreadable)."""
+    raw = (job.metadata.annotations or {}).get(RESTARTS_ANNOTATION, "0")
+    try:
+        return max(int(raw), 0)
+    except ValueError:
+        return 0
+
+
 def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
-    """§6.7, both rules (rule (a) with upstream's always-zero requeue count)."""
+    """§6.7, both rules (rule (a) with upstream's always-zero requeue count), and
+    kto's fix of its quirk: a failed pod the reconciler would delete and re-create
+    (OnFailure / Always / retryable ExitCode) counts too. Once ``backoffLimit``
+    such restarts were made, the next failure fails the job instead of being
+    restarted (upstream restarts it for ever)."""
     limit = job.run_policy.backoff_limit
     if limit is None:
         return False
     specs = job.specs()
+    if operator_restarts(job) >= limit and any(
+        statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod)
+        for rt in specs for pod in statuses.replica_pods(job, pods, rt).values()
+    ):
+        return True
     total = sum(1 if s.replicas is None else s.replicas for s in specs.values())
     stored = job.status or common.JobStatus()
     previously_failed = sum(r.failed or 0 for r in (stored.replica_statuses or {}).values())
@@ -240,6 +265,9 @@ def decide(
         for pod in statuses.replica_pods(job, pods, rt).values():
             if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
                 decision.deletes.append(ChildRef.of(pod, "restart"))
+    restarting = sum(1 for ref in decision.deletes if ref.reason == "restart")
+    if restarting and job.run_policy.backoff_limit is not None:
+        decision.restarts = operator_restarts(job) + restarting
     if any(m.get("kind") == "Pod" for m in decision.creates):
         decision.warnings = [statuses.Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]
     return decision

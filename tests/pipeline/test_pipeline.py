@@ -265,3 +265,27 @@ async def test_an_mpijob_configmap_deleted_by_hand_is_put_back(pipeline: Pipelin
         return bool(again["metadata"]["uid"] != first["metadata"]["uid"])
 
     await pipeline.eventually(put_back, what="the ConfigMap re-created")
+
+
+async def test_a_replica_failing_retryably_is_restarted_backoff_limit_times_then_the_job_fails(
+    pipeline: Pipeline,
+) -> None:
+    """Upstream restarts such a pod for ever (its operator restarts do not count, §6.7);
+    kto counts them on the job and fails it with upstream's backoff reason."""
+    manifest = job("PyTorchJob", "flaky", {"Master": (1, "ExitCode"), "Worker": (1, "ExitCode")}, "pytorch",
+                   runPolicy={"backoffLimit": 2})
+    specs = manifest["spec"]["pytorchReplicaSpecs"]
+    specs["Master"]["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "60s"
+    specs["Worker"]["template"]["metadata"]["annotations"].update(
+        {"sim.kto.dev/exit-code": "137", "sim.kto.dev/duration": "0.3s"})
+    await pipeline.submit(manifest)
+    failed = await pipeline.wait_for("PyTorchJob", "flaky", "Failed", timeout=45)
+    last = failed["status"]["conditions"][-1]
+    assert last["reason"] == "PyTorchJobFailed"
+    assert last["message"] == "Job flaky has failed because it has reached the specified backoff limit"
+    assert failed["metadata"]["annotations"]["kto.dev/replica-restarts"] == "2"
+    worker_creates = [
+        r for r in pipeline.cluster.requests
+        if r["verb"] == "create" and r["resource"] == "pods" and r["code"] == 201
+    ]
+    assert len(worker_creates) == 1 + 3, "the master once, the worker once and twice again"
