@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def kubeconfig_text(url: str, context: str) -> str:
-    """A kubeconfig for ``url``: plain HTTP, a placeholder token (the sim checks no credentials)."""
+    """A kubeconfig for ``url``: plain HTTP and a token the sim never checks."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",

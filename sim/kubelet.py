@@ -467,18 +467,14 @@ class Kubelet:
 
     async def _evict_unstarted(self, namespace: str, name: str) -> None:
         """Evict a pod no sim node runs (not bound yet): Failed, reason Evicted; 404 if it does not exist."""
-        for _ in range(MAX_CONFLICT_RETRIES):
-            pod = await self._store.get("pods", namespace, name)
+        def evict(pod: dict[str, Any]) -> bool:
             status = pod.setdefault("status", {})
             if status.get("phase") in TERMINAL_PHASES:
-                return
+                return False
             status.update(phase="Failed", reason="Evicted", message="The pod was evicted before it started.")
-            try:
-                await self._store.update("pods", pod, subresource="status")
-                return
-            except errors.ApiError as exc:
-                if exc.code != 409:
-                    raise
+            return True
+
+        await self._store.change_status("pods", namespace, name, evict, MAX_CONFLICT_RETRIES)
 
     # -- nodes ---------------------------------------------------------
 

@@ -797,20 +797,16 @@ class Scheduler:
 
     async def _set_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
         """Replace the pod's PodScheduled condition through the status subresource (re-read on 409)."""
-        for _ in range(10):
-            pod = await self._store.get("pods", namespace, name)
+        def replace(pod: dict[str, Any]) -> bool:
             status = pod.setdefault("status", {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
             conditions.append(condition)
             status["conditions"] = conditions
             status.setdefault("phase", "Pending")
-            try:
-                await self._store.update("pods", pod, subresource="status")
-                return
-            except errors.ApiError as exc:
-                if exc.code != 409:
-                    raise
-        log.warning("sim scheduler: gave up setting %s on pod %s/%s after conflicts", condition["type"], namespace, name)
+            return True
+
+        if not await self._store.change_status("pods", namespace, name, replace, 10):
+            log.warning("sim scheduler: gave up setting %s on pod %s/%s after conflicts", condition["type"], namespace, name)
 
     async def _mark_unschedulable(
         self, key: Key, pod: dict[str, Any], message: str, reason: str = "Unschedulable"

@@ -27,7 +27,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from sim import errors, patching, resources, selectors
@@ -245,6 +245,24 @@ class Store:
     async def update(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
         return patching.deep_copy(self._update(resource, patching.deep_copy(obj), subresource))  # type: ignore[no-any-return]
 
+
+    async def change_status(
+        self, resource: str, namespace: str | None, name: str, change: Callable[[Obj], bool], attempts: int,
+    ) -> bool:
+        """Read the object, let ``change`` edit it, write its status subresource; on
+        409 read it again and redo. ``change`` returning False means nothing to write.
+        False only when every attempt met a conflict; a 404 is raised."""
+        for _ in range(attempts):
+            obj = await self.get(resource, namespace, name)
+            if not change(obj):
+                return True
+            try:
+                await self.update(resource, obj, subresource="status")
+                return True
+            except errors.ApiError as exc:
+                if exc.code != 409:
+                    raise
+        return False
     async def patch(
         self,
         resource: str,

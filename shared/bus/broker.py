@@ -19,13 +19,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from types import TracebackType
 from typing import IO
 
 from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from shared.bus import errors
+from shared.bus import errors, lifecycle
 from shared.bus.settings import KafkaSettings, client_options
 
 log = logging.getLogger("kto.bus.broker")
@@ -77,7 +76,7 @@ def _free_port() -> int:
         return port
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(lifecycle.Started):
     """A Tansu broker on ``127.0.0.1:port`` (a free port if 0) with the kto topics.
 
     ``async with EmbeddedBroker() as broker:`` starts it, waits until it accepts
@@ -115,18 +114,6 @@ class EmbeddedBroker:
         if self._settings is None:
             raise errors.BrokerError("the embedded broker is not running")
         return self._settings
-
-    async def __aenter__(self) -> EmbeddedBroker:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.shield(self.stop())
 
     async def start(self) -> None:
         """Start the process, wait for it to accept connections, create the topics."""

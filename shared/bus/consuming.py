@@ -42,7 +42,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from types import TracebackType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -52,7 +51,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from shared import tracing
-from shared.bus import errors, events, records, retrying
+from shared.bus import errors, events, lifecycle, records, retrying
 from shared.bus.producing import Publisher
 from shared.bus.settings import KafkaSettings, client_options
 
@@ -137,7 +136,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owner._on_assigned(list(assigned))
 
 
-class KeyedConsumer:
+class KeyedConsumer(lifecycle.Started):
     """A consumer-group member that hands records to ``handler`` per job key.
 
     Use as ``async with KeyedConsumer(...) as consumer: await consumer.run()``;
@@ -239,18 +238,6 @@ class KeyedConsumer:
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------
-
-    async def __aenter__(self) -> KeyedConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.shield(self.stop())
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:

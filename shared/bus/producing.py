@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterable, Sequence
-from types import TracebackType
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -29,7 +28,7 @@ from aiokafka import errors as kafka_errors
 from opentelemetry import trace
 
 from shared import tracing
-from shared.bus import errors, events, records, retrying
+from shared.bus import errors, events, lifecycle, records, retrying
 from shared.bus.settings import KafkaSettings, client_options
 
 _tracer = trace.get_tracer("kto.bus")
@@ -44,7 +43,7 @@ class Sent:
     offset: int
 
 
-class Publisher:
+class Publisher(lifecycle.Started):
     """An ``async with`` producer of kto records; ``stop()`` is safe to call twice.
 
     ``source`` and ``instance`` are stamped on records that leave them empty.
@@ -72,18 +71,6 @@ class Publisher:
     @property
     def settings(self) -> KafkaSettings:
         return self._settings
-
-    async def __aenter__(self) -> Publisher:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.shield(self.stop())
 
     async def start(self) -> None:
         """Connect, retrying while the broker is unreachable."""

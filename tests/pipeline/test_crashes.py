@@ -4,10 +4,12 @@ and no missing pod; the status worker loses no status change it was holding back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from shared.bus import reading, records
@@ -39,6 +41,21 @@ async def start_worker_process(pipeline: Pipeline, command: str, group: str, *ar
     return process
 
 
+@contextlib.asynccontextmanager
+async def killed_and_replaced(
+    first: subprocess.Popen[str], start: Callable[[], Awaitable[subprocess.Popen[str]]],
+) -> AsyncIterator[None]:
+    """SIGKILL ``first`` and start its successor; the successor is stopped on leaving."""
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    second = await start()
+    try:
+        yield
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
+
+
 async def test_a_reconciler_killed_mid_run_and_restarted_leaves_no_duplicate_and_no_missing_pod(
     pipeline: Pipeline,
 ) -> None:
@@ -53,14 +70,8 @@ async def test_a_reconciler_killed_mid_run_and_restarted_leaves_no_duplicate_and
             return len(await pipeline.pods("crash")) >= 1
 
         await pipeline.eventually(some_pods, what="the first pods")
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
-        second = await start_reconciler_process(pipeline)
-        try:
+        async with killed_and_replaced(first, lambda: start_reconciler_process(pipeline)):
             await pipeline.wait_for("JAXJob", "crash", "Succeeded", timeout=60)
-        finally:
-            second.terminate()
-            second.wait(timeout=30)
     finally:
         if first.poll() is None:
             first.kill()
@@ -95,14 +106,8 @@ async def test_a_status_worker_killed_while_holding_a_write_back_loses_nothing(p
         await pipeline.eventually(running_pods, what="both pods Running")
         await asyncio.sleep(1.5)  # the records are taken in and the write is held back
         assert not (await pipeline.job("JAXJob", "held")).get("status"), "nothing written yet"
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
-        second = await start_worker_process(pipeline, "status-service", group)
-        try:
+        async with killed_and_replaced(first, lambda: start_worker_process(pipeline, "status-service", group)):
             done = await pipeline.wait_for("JAXJob", "held", "Running", timeout=20)
-        finally:
-            second.terminate()
-            second.wait(timeout=30)
     finally:
         if first.poll() is None:
             first.kill()
