@@ -1,0 +1,76 @@
+"""The per-machine cache of built real parts, keyed by version.
+
+In: a part name and version (``kube-v1.37.2``, ``kafka-4.1.1``) and a
+function that builds it into a fresh directory. Out: the directory of the
+finished build, under ``$KTO_CACHE_DIR`` (default ``~/.cache/kto``).
+
+A build runs at most once per machine: it is made in ``<name>.tmp-<pid>``,
+marked complete with a ``.complete`` file and renamed into place, under a
+lock file, so two ``make test`` runs at once build it once and an
+interrupted build leaves nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pathlib
+import shutil
+import sys
+import time
+from collections.abc import Callable
+
+COMPLETE = ".complete"
+
+
+class PartError(Exception):
+    """A real part cannot be built or started: one line naming what is missing and how to get it."""
+
+
+def cache_root() -> pathlib.Path:
+    """``$KTO_CACHE_DIR`` or ``~/.cache/kto``."""
+    configured = os.environ.get("KTO_CACHE_DIR", "").strip()
+    return pathlib.Path(configured).expanduser() if configured else pathlib.Path.home() / ".cache" / "kto"
+
+
+def require_tool(name: str, how: str) -> str:
+    """The path of executable ``name`` on PATH, or a PartError saying how to get it."""
+    found = shutil.which(name)
+    if found is None:
+        raise PartError(f"{name} is not installed (needed to build the real parts): {how}")
+    return found
+
+
+def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = False) -> pathlib.Path:
+    """The finished build ``name`` in the cache, running ``build(directory)`` once if it is missing.
+
+    ``build`` fills the directory it is given and raises PartError on failure.
+    The first build prints its duration on stderr (it takes minutes).
+    """
+    root = cache_root()
+    final = root / name
+    if (final / COMPLETE).is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / f"{name}.lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / COMPLETE).is_file():  # built by someone else while we waited
+            return final
+        work = root / f"{name}.tmp-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        if not quiet:
+            print(f"kto: building {name} into {root} (once per machine) ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        try:
+            build(work)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        elapsed = time.monotonic() - started
+        (work / COMPLETE).write_text(f"built in {elapsed:.0f}s\n")
+        shutil.rmtree(final, ignore_errors=True)
+        work.rename(final)
+        if not quiet:
+            print(f"kto: built {name} in {elapsed:.0f}s", file=sys.stderr, flush=True)
+    return final
