@@ -110,7 +110,7 @@ class EmbeddedBroker(lifecycle.Started):
 
     @property
     def settings(self) -> KafkaSettings:
-        """The given settings pointed at this broker (PLAINTEXT)."""
+        """The given settings pointed at this broker (PLAINTEXT, producer not idempotent)."""
         if self._settings is None:
             raise errors.BrokerError("the embedded broker is not running")
         return self._settings
@@ -186,7 +186,8 @@ class EmbeddedBroker(lifecycle.Started):
                 await writer.wait_closed()
             break
         self._settings = dataclasses.replace(
-            self._base, bootstrap=f"127.0.0.1:{port}", security_protocol="PLAINTEXT"
+            self._base, bootstrap=f"127.0.0.1:{port}", security_protocol="PLAINTEXT",
+            idempotence=False,  # Tansu has no InitProducerId
         )
 
     async def stop(self) -> None:

@@ -12,8 +12,11 @@ and each failed attempt is reported to the hooks (``send.error``,
 ``broker.unreachable``). Errors no retry can fix raise
 :class:`~shared.bus.errors.PublishError`.
 
-Tansu has no InitProducerId, so the producer is not idempotent: a retry may
-write a record twice. Consumers drop the copy by record id.
+The producer is idempotent when ``settings.idempotence`` is on (the default;
+real Kafka): a retried send is not written twice within one producer session.
+Tansu has no InitProducerId, so there it is off and a retry may write a record
+twice. Either way consumers drop copies by record id (a new producer after a
+restart may still repeat a record whose acknowledgement it never saw).
 """
 
 from __future__ import annotations
@@ -93,21 +96,33 @@ class Publisher(lifecycle.Started):
         async with self._start_lock:
             if self._producer is not None:
                 return self._producer
-            async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
-                with attempt:
-                    producer = AIOKafkaProducer(
-                        **client_options(self._settings),
-                        enable_idempotence=False,  # Tansu: no InitProducerId
-                        acks="all",
-                        linger_ms=self._settings.linger_ms,
-                    )
-                    try:
-                        await producer.start()
-                    except BaseException:
-                        await asyncio.shield(producer.stop())
-                        raise
-                    self._producer = producer
+            try:
+                await self._connect()
+            except kafka_errors.KafkaError as exc:
+                if not self._settings.idempotence:
+                    raise
+                raise errors.PublishError(
+                    f"cannot start an idempotent producer on {self._settings.bootstrap}: {exc!r} "
+                    f"(a broker without InitProducerId, such as Tansu, needs KTO_KAFKA_IDEMPOTENCE=false)"
+                ) from exc
             return self._producer
+
+    async def _connect(self) -> None:
+        async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
+            with attempt:
+                producer = AIOKafkaProducer(
+                    **client_options(self._settings),
+                    # Off for Tansu, which has no InitProducerId (KafkaSettings.idempotence).
+                    enable_idempotence=self._settings.idempotence,
+                    acks="all",
+                    linger_ms=self._settings.linger_ms,
+                )
+                try:
+                    await producer.start()
+                except BaseException:
+                    await asyncio.shield(producer.stop())
+                    raise
+                self._producer = producer
 
     def _unreachable(self, attempt: int, exc: BaseException, wait: float) -> None:
         self._emit(

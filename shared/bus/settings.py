@@ -106,6 +106,12 @@ class KafkaSettings:
     """``KTO_KAFKA_REQUEST_TIMEOUT_MS``: a request unanswered this long fails and is
     retried (how soon a restarted broker is noticed)."""
 
+    idempotence: bool = True
+    """``KTO_KAFKA_IDEMPOTENCE``: true/false (also 1/0, yes/no). On: the producer is
+    idempotent (``acks=all``, a producer id and sequence numbers), so a retried send
+    is never written twice. Tansu has no InitProducerId: the embedded broker hands
+    out settings with this off, and ``kto up`` sets it to false for its children."""
+
     def __post_init__(self) -> None:
         _check(self)
 
@@ -125,6 +131,8 @@ class KafkaSettings:
             raw = raw.strip()
             if field.type in ("int", int):
                 values[field.name] = _parse(var, raw, _int_at_least(0 if field.name == "linger_ms" else 1))
+            elif field.type in ("bool", bool):
+                values[field.name] = _parse(var, raw, _boolean)
             elif field.name in ("security_protocol", "sasl_mechanism"):
                 values[field.name] = raw.upper()
             else:
@@ -158,6 +166,19 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def _boolean(raw: str) -> bool:
+    value = raw.lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"not a boolean (use one of {', '.join(_TRUE + _FALSE)})")
 
 
 def _check(s: KafkaSettings) -> None:
@@ -201,6 +222,8 @@ def _check(s: KafkaSettings) -> None:
         raise SettingsError("must not be negative", "linger_ms")
     if s.heartbeat_interval_ms >= s.session_timeout_ms:
         raise SettingsError("must be below the session timeout", "heartbeat_interval_ms")
+    if not isinstance(s.idempotence, bool):
+        raise SettingsError("must be true or false", "idempotence")
 
 
 def ssl_context(settings: KafkaSettings) -> ssl.SSLContext | None:
