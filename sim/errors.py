@@ -46,7 +46,7 @@ class ApiError(Exception):
             details["causes"] = self.causes
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
-        if details:
+        if details or self.details is not None:
             body["details"] = details
         return body
 
@@ -95,7 +95,7 @@ def invalid(kind: str, resource: str, name: str, causes: list[dict[str, Any]]) -
     parts = [f"{c['field']}: {c['message']}" for c in causes]
     summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     plural, group = _split(resource)
-    details: dict[str, Any] = {"name": name, "kind": kind}
+    details: dict[str, Any] = {"name": name, "kind": kind} if name else {"kind": kind}
     if group:
         details["group"] = group
     return ApiError(

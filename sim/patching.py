@@ -24,7 +24,8 @@ def deep_copy(value: Any) -> Any:
 def apply(obj: dict[str, Any], patch: Any, patch_type: str) -> dict[str, Any]:
     if patch_type == "merge":
         if not isinstance(patch, dict):
-            raise errors.bad_request("merge patch must be a JSON object")
+            raise errors.bad_request(f"error decoding patch: json: cannot unmarshal {_go_json_type(patch)} into Go "
+                                     "value of type map[string]interface {}")
         return merge(obj, patch)  # type: ignore[no-any-return]
     if patch_type == "json":
         return json_patch(obj, patch)
@@ -33,6 +34,18 @@ def apply(obj: dict[str, Any], patch: Any, patch_type: str) -> dict[str, Any]:
             raise errors.bad_request("strategic merge patch must be a JSON object")
         return strategic(obj, patch)
     raise errors.unsupported_media_type(f"the patch type {patch_type!r} is not supported")
+
+
+def _go_json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "null"
 
 
 # --- JSON merge patch --------------------------------------------------------------------------
@@ -122,8 +135,7 @@ def _add(doc: Any, path: str, value: Any, *, replace: bool = False) -> Any:
     parent = _parent(doc, tokens, path)
     last = tokens[-1]
     if isinstance(parent, dict):
-        if replace and last not in parent:
-            raise errors.ApiError(422, "Invalid", f"replace operation does not apply: doc is missing key: {path}")
+        # kube-apiserver's JSON patch library lets "replace" add a missing key.
         parent[last] = value
     elif isinstance(parent, list):
         if replace:
@@ -136,6 +148,17 @@ def _add(doc: Any, path: str, value: Any, *, replace: bool = False) -> Any:
 
 
 def json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
+    try:
+        return _json_patch(obj, ops)
+    except errors.ApiError as exc:
+        if exc.code == 422:
+            # kube-apiserver hides the JSON patch library's reason behind this one message.
+            raise errors.ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
+                                  details={}) from exc
+        raise
+
+
+def _json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
     if not isinstance(ops, list):
         raise errors.bad_request("json patch must be a JSON array of operations")
     doc: Any = deep_copy(obj)
@@ -223,6 +246,8 @@ def _smp_map(original: Any, patch: dict[str, Any]) -> Any:
             field = key.partition("/")[2]
             if isinstance(result.get(field), list) and isinstance(value, list):
                 result[field] = [v for v in result[field] if v not in value]
+                if not result[field]:
+                    del result[field]
             continue
         if value is None:
             result.pop(key, None)
@@ -246,6 +271,7 @@ def _smp_map(original: Any, patch: dict[str, Any]) -> Any:
 
 def _smp_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
     if field in PRIMITIVE_MERGE and isinstance(current, list):
+        # A union; kube puts the patch's items first, the sim appends them (docs/sim.md).
         out = list(current)
         for v in patch:
             if v not in out:

@@ -37,6 +37,10 @@ class Resource:
     """How names are validated: "subdomain" (DNS-1123 subdomain) or "label" (DNS-1123 label)."""
     extra_subresources: tuple[str, ...] = ()
     """Further subresources served (pods: log, eviction, binding)."""
+    generation: bool = False
+    """Objects carry metadata.generation (kinds with a spec the strategy tracks: pods, jobs, custom resources)."""
+    schema: dict[str, Any] | None = dataclasses.field(default=None, compare=False, hash=False)
+    """The storage version's openAPIV3Schema of a CRD (validation, defaulting, pruning)."""
 
     @property
     def key(self) -> str:
@@ -60,7 +64,7 @@ BUILTINS: tuple[Resource, ...] = (
           status_subresource=True, name_rule="label"),
     _core("nodes", "node", "Node", namespaced=False, short_names=("no",), status_subresource=True),
     _core("pods", "pod", "Pod", short_names=("po",), categories=("all",), status_subresource=True,
-          extra_subresources=("log", "eviction", "binding")),
+          extra_subresources=("log", "eviction", "binding"), generation=True),
     _core("services", "service", "Service", short_names=("svc",), categories=("all",),
           status_subresource=True, name_rule="label"),
     _core("endpoints", "endpoints", "Endpoints", short_names=("ep",)),
@@ -83,10 +87,11 @@ BUILTINS: tuple[Resource, ...] = (
              "ClusterRoleBinding", namespaced=False),
     Resource("autoscaling", ("v2",), "horizontalpodautoscalers", "horizontalpodautoscaler",
              "HorizontalPodAutoscaler", short_names=("hpa",), categories=("all",),
-             status_subresource=True),
-    Resource("batch", ("v1",), "jobs", "job", "Job", categories=("all",), status_subresource=True),
+             status_subresource=True, generation=True),
+    Resource("batch", ("v1",), "jobs", "job", "Job", categories=("all",), status_subresource=True,
+             generation=True),
     Resource("scheduling.volcano.sh", ("v1beta1",), "podgroups", "podgroup", "PodGroup",
-             short_names=("pg", "podgroup-v1beta1"), status_subresource=True,
+             short_names=("pg", "podgroup-v1beta1"), status_subresource=True, generation=True,
              printer_columns=(
                  {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
                  {"name": "minMember", "type": "integer", "jsonPath": ".spec.minMember"},
@@ -94,7 +99,7 @@ BUILTINS: tuple[Resource, ...] = (
                  {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
              )),
     Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "podgroup", "PodGroup",
-             short_names=("pgs",), status_subresource=True,
+             short_names=("pgs",), status_subresource=True, generation=True,
              printer_columns=(
                  {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
                  {"name": "MinMember", "type": "integer", "jsonPath": ".spec.minMember"},
@@ -103,7 +108,7 @@ BUILTINS: tuple[Resource, ...] = (
              )),
     Resource("apiextensions.k8s.io", ("v1",), "customresourcedefinitions",
              "customresourcedefinition", "CustomResourceDefinition", namespaced=False,
-             short_names=("crd", "crds"), status_subresource=True),
+             short_names=("crd", "crds"), status_subresource=True, generation=True),
 )
 
 
@@ -130,4 +135,6 @@ def resource_from_crd(crd: dict[str, Any]) -> Resource:
         scale=dict(scale) if isinstance(scale, dict) else None,
         printer_columns=tuple(first.get("additionalPrinterColumns") or ()),
         builtin=False,
+        generation=True,
+        schema=(first.get("schema") or {}).get("openAPIV3Schema"),
     )

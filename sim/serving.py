@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import discovery, errors, faults, patching, protobuf, resources, tables
+from sim import applying, discovery, errors, faults, patching, protobuf, resources, tables
 from sim import store as sim_store
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class Server:
     def __init__(self, store: sim_store.Store, fault_state: faults.Faults, host: str = "127.0.0.1",
                  port: int = 0) -> None:
         self.store = store
+        store.validate_updates = True
         self.faults = fault_state
         self.host = host
         self.port = port
@@ -191,7 +192,7 @@ class Server:
             if len(parts) == 2:
                 group = discovery.api_group(kinds, parts[1])
                 if group is None:
-                    raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+                    raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
                 return _json(group), None
             return await self._api(request, route, parts[1], parts[2], parts[3:])
         if head == "admin":
@@ -212,7 +213,7 @@ class Server:
                 return _json(doc), None
         if not parts:
             return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v3", "/admin"]}), None
-        raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
 
     async def _api(self, request: web.Request, route: Route, group: str, version: str,
                    rest: list[str]) -> tuple[web.StreamResponse, str | None]:
@@ -220,7 +221,7 @@ class Server:
         if not rest:
             body = discovery.resource_list(self.store.kinds(), group, version)
             if body is None:
-                raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
             return _json(body), None
         watch_path = rest[0] == "watch"
         if watch_path:
@@ -229,7 +230,7 @@ class Server:
         if rest and rest[0] == "namespaces" and len(rest) >= 3 and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
             namespace, rest = rest[1], rest[2:]
         if not rest or len(rest) > 3:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         plural = rest[0]
         key = f"{plural}.{group}" if group else plural
         route.resource, route.namespace = key, namespace
@@ -237,10 +238,10 @@ class Server:
         route.subresource = rest[2] if len(rest) > 2 else None
         res = self.store.resource(key)
         if version not in res.versions:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         route.res = res
         if not res.namespaced and namespace is not None:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         query = request.query
         method = request.method
         if method == "GET":
@@ -312,12 +313,24 @@ class Server:
         body = await self._body(request)
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of the request must be a {res.kind} object, not {type(body).__name__}")
+        expected = res.api_version(route.version)
+        if route.subresource is None or route.subresource == "status":
+            # Like kube-apiserver's decoder: a missing kind or apiVersion is taken from the URL
+            # (for built-in kinds; the unstructured decoder of custom resources insists on a kind).
+            if not body.get("kind") and not res.builtin:
+                raw = (await request.read()).decode(errors="replace")
+                more = f"{raw[:30]} ..." if len(raw) > 30 else raw
+                raise errors.bad_request(f"the object provided is unrecognized (must be of type {res.kind}): "
+                                         f"Object 'Kind' is missing in '{raw}' ({more})")
+            if not body.get("kind"):
+                body["kind"] = res.kind
+            if not body.get("apiVersion"):
+                body["apiVersion"] = expected
         compact = json.dumps(body, separators=(",", ":"))[:200]
         if not body.get("kind"):
             raise errors.bad_request(f"Object 'Kind' is missing in '{compact}'")
         if not body.get("apiVersion"):
             raise errors.bad_request(f"Object 'apiVersion' is missing in '{compact}'")
-        expected = res.api_version(route.version)
         if route.subresource is None or route.subresource == "status":
             if body["apiVersion"] != expected and body["apiVersion"] not in {res.api_version(v) for v in res.versions}:
                 raise errors.bad_request(
@@ -355,7 +368,7 @@ class Server:
         if sub == "scale":
             return _json(self._scale(res, self.store._get(res.key, route.namespace, route.name)))
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         obj = self.store._get(res.key, route.namespace, route.name)
         accept = _Accept(request.headers.get("Accept", ""))
         if accept.table:
@@ -367,6 +380,7 @@ class Server:
         if route.subresource is not None:
             raise errors.method_not_allowed()
         query = request.query
+        _check_field_selector(res, query.get("fieldSelector"))
         limit = _int_param(query, "limit")
         items, rv, token, remaining = self.store.list_page(
             res.key, route.namespace, query.get("labelSelector"), query.get("fieldSelector"),
@@ -395,6 +409,9 @@ class Server:
             probe = dict(body)
             probe["metadata"] = dict(body.get("metadata") or {})
             return _json(probe, 201)
+        manager = request.query.get("fieldManager")
+        if manager:
+            applying.record_update(None, body, manager, res.status_subresource, None)
         obj = self.store._create(res.key, body, route.namespace)
         return _json(self._out(obj, route, res), 201)
 
@@ -405,7 +422,7 @@ class Server:
         if sub == "scale":
             return await self._update_scale(request, route, res, None)
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._object_body(request, route, res)
         meta = body.setdefault("metadata", {})
         if meta.get("name") and meta["name"] != route.name:
@@ -417,6 +434,13 @@ class Server:
                 raise errors.bad_request(
                     "the namespace of the provided object does not match the namespace sent on the request")
             meta["namespace"] = route.namespace
+        manager = request.query.get("fieldManager")
+        if manager:
+            old = self.store.peek(res.key, route.namespace, route.name)
+            if old is not None:
+                if "managedFields" not in meta and "managedFields" in old["metadata"]:
+                    meta["managedFields"] = old["metadata"]["managedFields"]
+                applying.record_update(old, body, manager, res.status_subresource, sub)
         obj = self.store._update(res.key, body, sub)
         return _json(self._out(obj, route, res))
 
@@ -427,24 +451,61 @@ class Server:
         ctype = request.content_type
         patch_type = _PATCH_TYPES.get(ctype)
         if patch_type is None:
-            raise errors.unsupported_media_type(
-                f"the body of the request was in an unknown format ({ctype}) - accepted media types include: "
-                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
-            )
+            raise errors.ApiError(415, "UnsupportedMediaType", "415: Unsupported Media Type", details={})
         if patch_type == "apply":
-            raise errors.unsupported_media_type(
-                "server-side apply (application/apply-patch+yaml) is not supported by the kto local cluster: "
-                "use client-side `kubectl apply` (without --server-side) or a merge patch"
-            )
+            if sub == "scale":
+                raise errors.unsupported_media_type("server-side apply of the scale subresource is not supported "
+                                                    "by the kto local cluster")
+            return await self._apply(request, route, res)
         if sub == "scale":
             return await self._update_scale(request, route, res, patch_type)
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._body(request)
-        obj = self.store._patch(res.key, route.namespace, route.name, body, patch_type, sub)
+        obj = self.store._patch(res.key, route.namespace, route.name, body, patch_type, sub,
+                                request.query.get("fieldManager") or None)
         return _json(self._out(obj, route, res))
 
-    async def _delete_options(self, request: web.Request) -> tuple[str, Obj | None]:
+    async def _apply(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
+        """Server-side apply (application/apply-patch+yaml): create or merge, with field ownership."""
+        assert route.name is not None
+        sub = route.subresource
+        if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+        manager = request.query.get("fieldManager") or ""
+        if not manager:
+            detail = "is required for apply patch"
+            raise errors.ApiError(422, "Invalid", f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                                  f"Required value: {detail}",
+                                  [{"reason": "FieldValueRequired", "message": f"Required value: {detail}",
+                                    "field": "fieldManager"}],
+                                  details={"group": "meta.k8s.io", "kind": "PatchOptions"})
+        config = await self._body(request)
+        if not isinstance(config, dict):
+            raise errors.bad_request("invalid object type: /, Kind=")
+        kind, api_version = str(config.get("kind") or ""), str(config.get("apiVersion") or "")
+        if not kind or not api_version:
+            group_version = api_version if "/" in api_version else f"/{api_version}"
+            raise errors.bad_request(f"invalid object type: {group_version}, Kind={kind}")
+        if api_version not in {res.api_version(v) for v in res.versions} or kind != res.kind:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({res.api_version(route.version)})" if kind == res.kind else
+                f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
+        meta = config.get("metadata")
+        if not isinstance(meta, dict):
+            meta = config["metadata"] = {}
+        if meta.get("name", route.name) != route.name:
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({route.name})")
+        meta["name"] = route.name
+        if res.namespaced:
+            meta["namespace"] = route.namespace
+        force = _bool(request.query, "force")
+        obj, created = self.store._apply(res.key, route.namespace, route.name, config, manager, force, sub)
+        return _json(self._out(obj, route, res), 201 if created else 200)
+
+    async def _delete_options(self, request: web.Request) -> tuple[str, Obj | None, bool | None]:
         query = request.query
         options: Obj = {}
         if request.can_read_body:
@@ -462,21 +523,31 @@ class Server:
         if not policy:
             policy = "Orphan" if orphan in (True, "true") else "Background"
         preconditions = options.get("preconditions")
-        return policy, preconditions if isinstance(preconditions, dict) else None
+        orphan_flag = None if orphan is None else orphan in (True, "true")
+        return policy, preconditions if isinstance(preconditions, dict) else None, orphan_flag
 
     async def _delete(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
         self._check_namespace(route, res, True)
         assert route.name is not None
         if route.subresource is not None:
             raise errors.method_not_allowed()
-        policy, preconditions = await self._delete_options(request)
+        policy, preconditions, orphan = await self._delete_options(request)
         obj = self.store._delete(res.key, route.namespace, route.name, policy, preconditions)
         still_there = self.store.peek(res.key, route.namespace, route.name) is not None
-        return _json(self._out(obj, route, res), 202 if still_there else 200)
+        # kube-apiserver answers 202 only when the object stays and orphanDependents=false was given.
+        code = 202 if still_there and orphan is False else 200
+        if not still_there and res.builtin and res.key != "pods":
+            # Most built-in registries answer an immediate deletion with a Status, not the object.
+            details: Obj = {"name": route.name, "kind": res.plural, "uid": obj["metadata"].get("uid")}
+            if res.group:
+                details = {"name": route.name, "group": res.group, "kind": res.plural, "uid": obj["metadata"].get("uid")}
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                          "details": details}, code)
+        return _json(self._out(obj, route, res), code)
 
     async def _deletecollection(self, request: web.Request, route: Route,
                                 res: resources.Resource) -> web.StreamResponse:
-        policy, _ = await self._delete_options(request)
+        policy, _, _ = await self._delete_options(request)
         items, _, _, _ = self.store.list_page(res.key, route.namespace, request.query.get("labelSelector"),
                                               request.query.get("fieldSelector"))
         deleted = []
@@ -496,7 +567,7 @@ class Server:
                                   res: resources.Resource) -> web.StreamResponse:
         assert route.name is not None
         if res.key != "pods" or route.subresource not in ("eviction", "binding"):
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._body(request)
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {route.subresource} must be an object")
@@ -570,7 +641,7 @@ class Server:
 
     def _scale(self, res: resources.Resource, obj: Obj) -> Obj:
         if not res.scale:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         spec_path = res.scale.get("specReplicasPath", "")
         status_path = res.scale.get("statusReplicasPath", "")
         selector_path = res.scale.get("labelSelectorPath", "")
@@ -601,10 +672,14 @@ class Server:
         if rv and rv != obj["metadata"]["resourceVersion"]:
             raise errors.conflict(res.key, route.name)
         replicas = (new_scale.get("spec") or {}).get("replicas")
-        if not isinstance(replicas, int) or replicas < 0:
-            raise errors.invalid("Scale", res.key, route.name,
-                                 [errors.field_invalid("spec.replicas", replicas, "must be a non-negative integer")])
         assert res.scale is not None
+        if not isinstance(replicas, int) or replicas < 0:
+            field = res.scale.get("specReplicasPath", "")
+            cause = {"reason": "FieldValueInvalid", "field": field,
+                     "message": f"Invalid value: {replicas}: should be a non-negative integer"}
+            raise errors.ApiError(422, "Invalid", f'{res.kind}.{res.group} "{route.name}" is invalid: '
+                                  f"{field}: {cause['message']}", [cause],
+                                  details={"name": route.name, "group": res.group, "kind": res.kind})
         path = [p for p in res.scale.get("specReplicasPath", "").split(".") if p]
         patch: Obj = {}
         node = patch
@@ -622,7 +697,15 @@ class Server:
         timeout = _int_param(query, "timeoutSeconds")
         bookmarks = _bool(query, "allowWatchBookmarks")
         initial = _bool(query, "sendInitialEvents")
+        match = query.get("resourceVersionMatch")
+        if "sendInitialEvents" in query and match != "NotOlderThan":
+            raise _list_options_invalid("resourceVersionMatch",
+                                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
+        if match and "sendInitialEvents" not in query:
+            raise _list_options_invalid("resourceVersionMatch",
+                                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
         field_selector = query.get("fieldSelector")
+        _check_field_selector(res, field_selector)
         if route.name is not None:
             by_name = f"metadata.name={route.name}"
             field_selector = f"{field_selector},{by_name}" if field_selector else by_name
@@ -677,7 +760,7 @@ class Server:
                 obj = self._out(event.object, route, res)
             return _dumps({"type": event.type, "object": obj})
 
-        if initial:
+        if initial and bookmarks:
             # sendInitialEvents: the queue already holds the ADDED events; a bookmark marks their end.
             watch.queue.put_nowait(sim_store.WatchEvent("BOOKMARK", {
                 **self.store.bookmark_object(res.key),
@@ -706,7 +789,7 @@ class Server:
                     if queued is None:
                         break
                     event = queued
-                if event.type == "BOOKMARK" and not bookmarks and not initial:
+                if event.type == "BOOKMARK" and not bookmarks:
                     continue
                 chunk = [encode(event)]
                 columns_sent = True
@@ -808,6 +891,46 @@ class Server:
             "resourceVersion": self.store.resource_version,
             "objects": {r.key: self.store.count(r.key) for r in self.store.kinds() if self.store.count(r.key)},
         }
+
+
+_FIELD_SELECTORS: dict[str, tuple[str, ...]] = {
+    "configmaps": (),
+    "secrets": ("type",),
+    "serviceaccounts": (),
+    "endpoints": (),
+    "limitranges": (),
+    "resourcequotas": (),
+    "leases.coordination.k8s.io": (),
+    "namespaces": ("status.phase",),
+    "nodes": ("spec.unschedulable",),
+    "services": ("spec.clusterIP", "spec.type"),
+    "persistentvolumeclaims": (),
+}
+"""Field selectors kube-apiserver supports beyond metadata.name and metadata.namespace, for the kinds
+the sim checks (pods, events, jobs and the rest take any dotted path, see docs/sim.md)."""
+
+
+def _check_field_selector(res: resources.Resource, selector: str | None) -> None:
+    """400 for a field selector on a field kube-apiserver does not index (configmaps, custom resources …)."""
+    if not selector:
+        return
+    if res.key in _FIELD_SELECTORS:
+        allowed = ("metadata.name", "metadata.namespace", *_FIELD_SELECTORS[res.key])
+    elif not res.builtin:
+        allowed = ("metadata.name", "metadata.namespace")
+    else:
+        return
+    for term in selector.split(","):
+        field = term.replace("!=", "=").replace("==", "=").partition("=")[0].strip()
+        if field and field not in allowed:
+            listed = ", ".join(f'"{a}"' for a in allowed)
+            raise errors.bad_request(f'"{field}" is not a known field selector: only {listed}')
+
+
+def _list_options_invalid(field: str, detail: str) -> errors.ApiError:
+    cause = {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
+    return errors.ApiError(422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {field}: Forbidden: {detail}',
+                           [cause], details={"group": "meta.k8s.io", "kind": "ListOptions"})
 
 
 def _bool(query: Any, name: str) -> bool:

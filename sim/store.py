@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from sim import errors, patching, resources, selectors
+from sim import applying, errors, patching, resources, schema, selectors
 from sim import settings as sim_settings
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,10 @@ class Watch:
                     return
                 if was_in and not now_in:
                     kind = "DELETED"
+                    # As kube's watch cache: the last state that matched, at the new resourceVersion.
+                    obj = dict(change.old, metadata=dict(change.old["metadata"], resourceVersion=str(change.rv)))
+                    self.queue.put_nowait(WatchEvent(kind, obj, None))
+                    return
                 elif now_in and not was_in:
                     kind = "ADDED"
             elif not now_in:
@@ -188,6 +192,8 @@ class Store:
         self._next_ip = 10
         self.gc_queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         """Work for the garbage collector: ("gone", uid) of removed objects, ("foreground", uid)."""
+        self.validate_updates = False
+        """Refuse pod updates kube-apiserver refuses (set by the HTTP server: client writes only)."""
         self.registry_version = 0
         """Bumped whenever the set of served kinds changes (CRD created, changed or deleted)."""
         for name in INITIAL_NAMESPACES:
@@ -526,10 +532,16 @@ class Store:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now()
         meta["resourceVersion"] = str(rv)
-        meta["generation"] = 1
-        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+        if res.generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(field, None)
         self._prepare_create(res, obj)
+        if res.schema:
+            obj = schema.prune_and_default(res.schema, obj)
+            _check_schema(res, obj, name, None)
         objects[(ns, name)] = obj
         self._by_uid[meta["uid"]] = (resource, ns, name)
         self._index(resource, None, obj)
@@ -552,6 +564,14 @@ class Store:
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("dnsPolicy", "ClusterFirst")
             spec.setdefault("serviceAccountName", "default")
+            spec.setdefault("serviceAccount", spec["serviceAccountName"])
+            spec.setdefault("securityContext", {})
+            spec.setdefault("enableServiceLinks", True)
+            spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+            spec.setdefault("priority", 0)
+            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                if isinstance(container, dict):
+                    _default_container(container)
             obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
         elif key == "services":
             spec = obj["spec"]
@@ -566,6 +586,10 @@ class Store:
                     port.setdefault("protocol", "TCP")
                     if "port" in port:
                         port.setdefault("targetPort", port["port"])
+            if spec["type"] in ("ClusterIP", "NodePort", "LoadBalancer"):
+                spec.setdefault("ipFamilies", ["IPv4"])
+                spec.setdefault("ipFamilyPolicy", "SingleStack")
+                spec.setdefault("internalTrafficPolicy", "Cluster")
             obj["status"] = {"loadBalancer": {}}
         elif key == NAMESPACES:
             obj["spec"] = {"finalizers": ["kubernetes"]}
@@ -575,6 +599,9 @@ class Store:
             labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
         elif key == CRDS:
             obj["status"] = _crd_status(obj)
+        elif key == "secrets":
+            obj.setdefault("type", "Opaque")
+            _fold_string_data(obj)
 
     def _allocate_ip(self) -> str:
         n = self._next_ip
@@ -625,24 +652,41 @@ class Store:
                     meta[field] = old_meta[field]
                 else:
                     meta.pop(field, None)
+            if "managedFields" not in meta and "managedFields" in old_meta:
+                meta["managedFields"] = old_meta["managedFields"]
             meta.pop("selfLink", None)
         else:
             raise errors.ApiError(404, "NotFound", f"the server could not find the requested resource ({subresource})")
         if subresource is None:
             check_shape(res, new, old_meta["name"])
+            if res.key == "secrets" and "stringData" in new:
+                _fold_string_data(new)
+            if res.key == "pods" and self.validate_updates:
+                _check_pod_update(old, new)
         elif res.builtin and new.get("status") is not None and not isinstance(new.get("status"), dict):
             raise errors.invalid(res.kind, res.key, old_meta["name"],
                                  [errors.field_invalid("status", new.get("status"), "must be an object")])
         new["apiVersion"] = new.get("apiVersion") or old.get("apiVersion")
         new["kind"] = new.get("kind") or old.get("kind")
+        if res.schema:
+            new = schema.prune_and_default(res.schema, new)
+            _check_schema(res, new, old_meta["name"], subresource)
         meta = new["metadata"]
+        if old_meta.get("deletionTimestamp"):
+            added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
+            if added:
+                listed = ", ".join(json.dumps(f) for f in added)
+                raise errors.invalid(res.kind, res.key, old_meta["name"], [{
+                    "reason": "FieldValueForbidden", "field": "metadata.finalizers",
+                    "message": "Forbidden: no new finalizers can be added if the object is being deleted, "
+                               f"found new finalizers []string{{{listed}}}"}])
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if res.key == CRDS and subresource is None:
             new["status"] = _crd_status(new, old.get("status"))
         if new == old:
             return old
         skip = ("metadata", "status") if res.status_subresource else ("metadata",)
-        if any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip):
+        if res.generation and any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
@@ -667,6 +711,7 @@ class Store:
         patch: object,
         patch_type: str,
         subresource: str | None,
+        manager: str | None = None,
     ) -> Obj:
         res = self.resource(resource)
         if patch_type == "apply":
@@ -683,6 +728,8 @@ class Store:
         new = patching.apply(old, patch, patch_type)
         if new is old:
             new = dict(old)
+        if manager:
+            applying.record_update(old, new, manager, res.status_subresource, subresource)
         new_meta = new.get("metadata")
         if isinstance(new_meta, dict):
             rv = new_meta.get("resourceVersion")
@@ -693,6 +740,19 @@ class Store:
                     f"the name of the object ({new_meta.get('name')}) does not match the name on the URL ({name})"
                 )
         return self._commit_update(res, old, new, subresource)
+
+    def _apply(self, resource: str, namespace: str | None, name: str, config: Obj, manager: str, force: bool,
+               subresource: str | None) -> tuple[Obj, bool]:
+        """Server-side apply of ``config`` as ``manager``: (the stored object, whether it was created)."""
+        res = self.resource(resource)
+        old = self.peek(resource, namespace, name)
+        if old is None and subresource is not None:
+            raise errors.not_found(resource, name)
+        new = applying.apply(old, config, manager, force, res.status_subresource, subresource)
+        if old is None:
+            return self._create(resource, new, namespace), True
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return self._commit_update(res, old, new, subresource), False
 
     def _delete(
         self,
@@ -706,12 +766,16 @@ class Store:
         old = self._get(resource, namespace, name)
         meta = old["metadata"]
         if preconditions:
-            for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            for field, label, why in (("uid", "UID", "deleted and then recreated"),
+                                      ("resourceVersion", "ResourceVersion", "modified")):
                 want = preconditions.get(field)
                 if want and want != meta.get(field):
-                    raise errors.conflict(
-                        resource, name,
-                        f"Precondition failed: {label} in precondition: {want}, {label} in object meta: {meta.get(field)}",
+                    raise errors.ApiError(
+                        409, "Conflict",
+                        f'Operation cannot be fulfilled on {res.kind} "{name}": the {label} in the precondition '
+                        f"({want}) does not match the {label} in record ({meta.get(field)}). The object might "
+                        f"have been {why}",
+                        details={"name": name, "kind": res.kind, **({"group": res.group} if res.group else {})},
                     )
         if propagation not in ("Background", "Foreground", "Orphan"):
             raise errors.invalid("DeleteOptions", resource, name, [
@@ -913,9 +977,58 @@ def check_shape(res: resources.Resource, obj: Obj, name: str) -> None:
         raise errors.invalid(res.kind, res.key, name, causes)
 
 
+def _check_schema(res: resources.Resource, obj: Obj, name: str, subresource: str | None) -> None:
+    """422 Invalid for what violates the CRD's structural schema (status only for /status writes)."""
+    only = ("status",) if subresource == "status" else None
+    causes = schema.validate(res.schema, obj, only)
+    if not causes:
+        return
+    parts = [f"{c['field']}: {c['message']}" for c in causes]
+    summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    raise errors.ApiError(422, "Invalid", f'{res.kind}.{res.group} "{name}" is invalid: {summary}', causes,
+                          details={"name": name, "group": res.group, "kind": res.kind})
+
+
 def _owner_uids(obj: Obj) -> set[str]:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
     return {r["uid"] for r in refs if isinstance(r, dict) and r.get("uid")}
+
+
+def _fold_string_data(secret: Obj) -> None:
+    """stringData is write-only: folded into data (base64), as kube-apiserver does."""
+    strings = secret.pop("stringData", None)
+    if isinstance(strings, dict) and strings:
+        data = dict(secret.get("data") or {})
+        for key, value in strings.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        secret["data"] = data
+
+
+def _check_pod_update(old: Obj, new: Obj) -> None:
+    """The part of kube's pod update validation the sim keeps: the set of containers is fixed."""
+    def names(obj: Obj) -> list[Any]:
+        return [c.get("name") for c in (obj.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+
+    if names(old) != names(new):
+        raise errors.invalid("Pod", "pods", old["metadata"]["name"], [{
+            "reason": "FieldValueForbidden", "field": "spec.containers",
+            "message": "Forbidden: pod updates may not add or remove containers"}])
+
+
+def _default_container(container: Obj) -> None:
+    """The defaults kube-apiserver gives every container of a new pod."""
+    container.setdefault("resources", {})
+    resources_ = container["resources"]
+    if isinstance(resources_, dict) and isinstance(resources_.get("limits"), dict):
+        requests = resources_.setdefault("requests", {})
+        for key, value in resources_["limits"].items():
+            requests.setdefault(key, value)
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    image = str(container.get("image") or "")
+    tag = image.rsplit("/", 1)[-1]
+    latest = "@" not in tag and (":" not in tag or tag.endswith(":latest"))
+    container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
 
 
 def _qos_class(spec: Obj) -> str:
