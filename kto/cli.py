@@ -15,6 +15,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, str] = {
     "plan": "kto.commands.plan",
     "sim": "kto.commands.sim",
+    "control-plane": "kto.commands.control_plane",
     "broker": "kto.commands.broker",
     "watcher": "kto.commands.watcher",
     "reconciler": "kto.commands.reconciler",

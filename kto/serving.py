@@ -55,6 +55,21 @@ def serve(service: Callable[[], Awaitable[None]]) -> int:
     return 0
 
 
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--control-plane`` and ``--broker``: which local cluster and broker ``kto up|demo|bench`` run on."""
+    parser.add_argument(
+        "--control-plane", choices=("sim", "kube"), default="sim",
+        help="sim: kto's own API server, scheduler and kubelet in one process (fast, default); "
+        "kube: real etcd, kube-apiserver, kube-controller-manager and kube-scheduler with kto's fake "
+        "GPU nodes (built once per machine into ~/.cache/kto; see docs/real-backends.md)",
+    )
+    parser.add_argument(
+        "--broker", choices=("tansu", "kafka"), default="tansu",
+        help="tansu: embedded, in memory (default); kafka: Apache Kafka 4 in KRaft mode, its log kept "
+        "under the state dir",
+    )
+
+
 def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
     """Arguments every consumer-group worker takes (reconciler, status)."""
     parser.add_argument(

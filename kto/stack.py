@@ -50,6 +50,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRD_DIR = REPO_ROOT / "deploy" / "crds"
 """Every file here is applied to every cluster."""
 
+CONTROL_PLANES = ("sim", "kube")
+BROKERS = ("tansu", "kafka")
+
 CONTEXT_PREFIX = "kto-"
 """Cluster i (from 1) is context, cluster and user ``kto-i`` in the merged kubeconfig."""
 
@@ -92,6 +95,14 @@ class StackSettings:
     gpus_per_node: int = 8
     """``nvidia.com/gpu`` capacity of each simulated node."""
 
+    control_plane: str = "sim"
+    """``sim`` (``kto sim``, in one Python process) or ``kube`` (``kto control-plane``: real
+    etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kto's node agent)."""
+
+    broker: str = "tansu"
+    """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
+    ``<state-dir>/kafka``, kept across runs)."""
+
     start_timeout: float = 30.0
     """Seconds a child may take to print its ``ready`` line, and CRDs to become Established."""
 
@@ -106,6 +117,19 @@ class StackSettings:
             raise StackError("gpus-per-node and api-latency must not be negative")
         if self.reconciler_concurrency is not None and self.reconciler_concurrency < 1:
             raise StackError("reconciler concurrency must be at least 1")
+        if self.control_plane not in CONTROL_PLANES:
+            raise StackError(f"control plane {self.control_plane!r} is not one of {', '.join(CONTROL_PLANES)}")
+        if self.broker not in BROKERS:
+            raise StackError(f"broker {self.broker!r} is not one of {', '.join(BROKERS)}")
+        if self.control_plane == "kube" and self.fault_spec:
+            raise StackError("API latency and faults are injected by the sim only: use --control-plane sim")
+
+    @property
+    def part_timeout(self) -> float:
+        """Seconds a cluster or broker may take to be ready: a real one starts in tens of seconds
+        (and builds first on a new machine)."""
+        real = self.control_plane == "kube" or self.broker == "kafka"
+        return max(self.start_timeout, 900.0) if real else self.start_timeout
 
     @property
     def contexts(self) -> list[str]:
@@ -118,6 +142,19 @@ class StackSettings:
         if self.api_latency_ms > 0:
             clauses.insert(0, f"latency=*:{self.api_latency_ms:g}ms")
         return ";".join(clauses)
+
+
+def cluster_argv(settings: StackSettings, directory: pathlib.Path, context: str) -> list[str]:
+    """The ``kto`` arguments of one cluster of the settings' control plane; its state in ``directory``.
+    It prints ``ready <url> <kubeconfig>``."""
+    if settings.control_plane == "kube":
+        return ["control-plane", "--state-dir", str(directory), "--context", context, "--crds", str(CRD_DIR),
+                "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
+    argv = ["sim", "--port", "0", "--kubeconfig", str(directory / "kubeconfig"),
+            "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
+    if settings.fault_spec:
+        argv += ["--faults", settings.fault_spec]
+    return argv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +243,8 @@ class Child:
         """pid → start time of every process seen below this child (to stop strays)."""
         self.reported = False
         """Set once an unexpected exit of this child has been reported."""
+        self.stop_timeout: float | None = None
+        """Seconds between SIGTERM and SIGKILL for this child (None: the stack's); real parts shut down slower."""
 
     @property
     def pid(self) -> int | None:
@@ -357,7 +396,8 @@ class Stack:
     def kafka(self) -> bus_settings.KafkaSettings:
         """Settings that reach this stack's broker."""
         return dataclasses.replace(
-            bus_settings.KafkaSettings(), bootstrap=self.bootstrap, partitions=self.settings.partitions
+            bus_settings.KafkaSettings(), bootstrap=self.bootstrap, partitions=self.settings.partitions,
+            idempotence=self.settings.broker == "kafka",  # Tansu has no InitProducerId
         )
 
     async def __aenter__(self) -> Stack:
@@ -400,6 +440,7 @@ class Stack:
         if self.bootstrap:
             env["KTO_KAFKA_BOOTSTRAP"] = self.bootstrap
             env["KTO_KAFKA_PARTITIONS"] = str(self.settings.partitions)
+            env["KTO_KAFKA_IDEMPOTENCE"] = "true" if self.kafka.idempotence else "false"
         return env
 
     def _child(self, name: str, *argv: str) -> Child:
@@ -407,11 +448,11 @@ class Stack:
         self.children.append(child)
         return child
 
-    async def _start_tier(self, children: list[Child]) -> None:
+    async def _start_tier(self, children: list[Child], timeout: float) -> None:
         self._tiers.append(children)
         async with asyncio.TaskGroup() as group:
             for child in children:
-                group.create_task(child.start(self.settings.start_timeout), name=f"kto-stack-start-{child.name}")
+                group.create_task(child.start(timeout), name=f"kto-stack-start-{child.name}")
 
     async def start(self) -> None:
         """Start everything, in order; a failure raises StackError (the caller stops what started)."""
@@ -420,8 +461,12 @@ class Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for old in self.log_dir.glob("*.log"):
             old.unlink()
-        broker = self._child("broker", "broker", "--port", "0", "--partitions", str(s.partitions))
-        await self._start_tier_checked([broker])
+        broker_argv = ["broker", "--engine", s.broker, "--port", "0", "--partitions", str(s.partitions)]
+        if s.broker == "kafka":
+            broker_argv += ["--state-dir", str(self.state_dir / "kafka")]
+        broker = self._child("broker", *broker_argv)
+        broker.stop_timeout = max(s.stop_timeout, 30.0)
+        await self._start_tier_checked([broker], s.part_timeout)
         if not broker.ready:
             raise StackError(f"the broker's ready line names no bootstrap address (see {broker.log})")
         self.bootstrap = broker.ready[0]
@@ -430,12 +475,10 @@ class Stack:
         for context in self.contexts:
             sim_dir = self.state_dir / "clusters" / context
             sim_dir.mkdir(parents=True, exist_ok=True)
-            argv = ["sim", "--port", "0", "--kubeconfig", str(sim_dir / "kubeconfig"),
-                    "--nodes", str(s.nodes), "--gpus-per-node", str(s.gpus_per_node)]
-            if s.fault_spec:
-                argv += ["--faults", s.fault_spec]
-            sims[context] = self._child(f"sim-{context}", *argv)
-        await self._start_tier_checked(list(sims.values()))
+            prefix = "control-plane" if s.control_plane == "kube" else "sim"
+            sims[context] = self._child(f"{prefix}-{context}", *cluster_argv(s, sim_dir, context))
+            sims[context].stop_timeout = max(s.stop_timeout, 30.0)
+        await self._start_tier_checked(list(sims.values()), s.part_timeout)
         sources: dict[str, pathlib.Path] = {}
         for context, sim in sims.items():
             if len(sim.ready) < 2:
@@ -466,10 +509,10 @@ class Stack:
             services.append(self._child(f"status-{i}", "status-service", "--kubeconfig", str(self.kubeconfig)))
         await self._start_tier_checked(services)
 
-    async def _start_tier_checked(self, children: list[Child]) -> None:
+    async def _start_tier_checked(self, children: list[Child], timeout: float | None = None) -> None:
         """Start a tier; the first child's failure becomes one StackError (not an ExceptionGroup)."""
         try:
-            await self._start_tier(children)
+            await self._start_tier(children, self.settings.start_timeout if timeout is None else timeout)
         except* StackError as group:
             raise StackError("\n".join(str(e) for e in group.exceptions)) from None
 
@@ -535,7 +578,7 @@ class Stack:
             tier = self._tiers.pop()
             async with asyncio.TaskGroup() as group:
                 for child in tier:
-                    group.create_task(child.stop(timeout), name=f"kto-stack-stop-{child.name}")
+                    group.create_task(child.stop(child.stop_timeout or timeout), name=f"kto-stack-stop-{child.name}")
         if self._lock is not None:
             lock, self._lock = self._lock, None
             with contextlib.suppress(OSError):

@@ -1,1 +1,2 @@
-pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.broker", "tests.fixtures.pipeline"]
+pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.broker", "tests.fixtures.pipeline", "tests.fixtures.tiers",
+                  "tests.fixtures.kafka"]

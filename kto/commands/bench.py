@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import pathlib
 
+from kto import serving
+
 HELP = "Benchmark the pipeline: PyTorchJobs at a fixed rate through a local stack; prints one JSON object."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    serving.add_backend_arguments(parser)
     parser.add_argument("--jobs", type=int, default=100, help="jobs to submit (default 100)")
     parser.add_argument("--rate", type=float, default=20.0, help="jobs per second; 0 = all at once (default 20)")
     parser.add_argument("--replicas", type=int, default=8, help="pods per job: 1 Master + N-1 Workers (default 8)")
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         stack_settings = stack.StackSettings(
             state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
-            nodes=args.nodes,
+            nodes=args.nodes, control_plane=args.control_plane, broker=args.broker,
         )
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
@@ -111,6 +114,7 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
         "reconcilers": stack_settings.reconcilers, "status_workers": stack_settings.status_workers,
         "api_latency_ms": stack_settings.api_latency_ms, "partitions": stack_settings.partitions,
         "nodes": stack_settings.nodes, "ceiling_creates": ceiling_creates,
+        "control_plane": stack_settings.control_plane, "broker": stack_settings.broker,
     }
     return figures
 
@@ -126,18 +130,15 @@ async def _ceiling(settings: object, creates: int) -> float:
     assert isinstance(settings, stack.StackSettings)
     directory = settings.state_dir.resolve() / "ceiling"
     directory.mkdir(parents=True, exist_ok=True)
-    argv = ["sim", "--port", "0", "--kubeconfig", str(directory / "kubeconfig"),
-            "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
-    if settings.fault_spec:
-        argv += ["--faults", settings.fault_spec]
+    argv = stack.cluster_argv(settings, directory, "ceiling")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stack.REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     sim = stack.Child("sim-ceiling", argv, directory / "sim.log", env)
-    _progress("measuring the raw create ceiling on a fresh sim")
+    _progress(f"measuring the raw create ceiling on a fresh {settings.control_plane} cluster")
     try:
-        ready = await sim.start(settings.start_timeout)
+        ready = await sim.start(settings.part_timeout)
         if len(ready) < 2:
             raise stack.StackError(f"the sim's ready line is not 'ready <url> <kubeconfig>' (see {sim.log})")
         return await pipeline.measure_create_ceiling(pathlib.Path(ready[1]), None, creates=creates)
     finally:
-        await asyncio.shield(sim.stop(settings.stop_timeout))
+        await asyncio.shield(sim.stop(max(settings.stop_timeout, 30.0)))

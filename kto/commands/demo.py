@@ -17,6 +17,8 @@ import argparse
 import dataclasses
 import datetime
 import pathlib
+
+from kto import serving
 from typing import Any
 
 HELP = "Run one PyTorchJob through broker, simulated cluster, watcher, reconcilers and status worker."
@@ -28,6 +30,7 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    serving.add_backend_arguments(parser)
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/demo"),
                         help="kubeconfig and logs of the demo's stack (default .kto/demo)")
     parser.add_argument("--timeout", type=float, default=60.0,
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("metadata"), dict):
         raise UserError(f"{args.job}: not a Kubernetes object")
     settings = stack.StackSettings(state_dir=args.state_dir, clusters=1, reconcilers=2, status_workers=1,
-                                   partitions=4)
+                                   partitions=4, control_plane=args.control_plane, broker=args.broker)
     try:
         return asyncio.run(_demo(settings, manifest, args.timeout))
     except stack.StackError as exc:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import pathlib
+
+from kto import serving
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ and workers stop first, then the clusters, then the broker.
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--clusters", type=int, default=1, help="simulated clusters (default 1)")
+    serving.add_backend_arguments(parser)
+    parser.add_argument("--clusters", type=int, default=1, help="local clusters (default 1)")
     parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
     parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto"),
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
             nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+            control_plane=args.control_plane, broker=args.broker,
         )
     except stack.StackError as exc:
         raise UserError(str(exc)) from None

@@ -34,6 +34,19 @@ def partition_for_key(key: str | records.JobKey, partitions: int) -> int:
     return (murmur2(data) & 0x7FFFFFFF) % partitions  # type: ignore[no-any-return]
 
 
+async def _partitions(consumer: AIOKafkaConsumer, settings: KafkaSettings, topic: str) -> set[int]:
+    """The partitions of ``topic``, from a metadata request for every topic.
+
+    The consumer's own metadata covers only what it subscribed to (Tansu
+    answers the bootstrap request with every topic, Kafka with none), so ask.
+    """
+    metadata = await consumer._client.fetch_all_metadata()
+    partitions: set[int] | None = metadata.partitions_for_topic(topic)
+    if not partitions:
+        raise BusError(f"topic {topic} does not exist on {settings.bootstrap}")
+    return partitions
+
+
 async def read_history(
     settings: KafkaSettings, job_key: str | records.JobKey, *, topic: str | None = None
 ) -> list[records.Record]:
@@ -50,10 +63,7 @@ async def read_history(
     )
     await consumer.start()
     try:
-        await consumer.topics()  # fetch metadata for all topics
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise BusError(f"topic {topic} does not exist on {settings.bootstrap}")
+        partitions = await _partitions(consumer, settings, topic)
         tp = TopicPartition(topic, partition_for_key(key, len(partitions)))
         consumer.assign([tp])
         # Tansu answers ListOffsets with the base offset of the newest produce
@@ -105,10 +115,7 @@ async def committed_offsets(
     )
     await consumer.start()
     try:
-        await consumer.topics()
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise BusError(f"topic {topic} does not exist on {settings.bootstrap}")
+        partitions = await _partitions(consumer, settings, topic)
         result: dict[int, int | None] = {}
         for partition in sorted(partitions):
             offset = await consumer.committed(TopicPartition(topic, partition))

@@ -28,6 +28,7 @@ async def start_worker_process(pipeline: Pipeline, command: str, group: str, *ar
         "KTO_KAFKA_JOBS_TOPIC": pipeline.kafka.jobs_topic,
         "KTO_KAFKA_DLQ_TOPIC": pipeline.kafka.dlq_topic,
         "KTO_KAFKA_PARTITIONS": str(pipeline.kafka.partitions),
+        "KTO_KAFKA_IDEMPOTENCE": str(pipeline.kafka.idempotence).lower(),
         "KTO_KAFKA_SESSION_TIMEOUT_MS": "6000",
         "KTO_KAFKA_HEARTBEAT_INTERVAL_MS": "300",
     }
@@ -78,11 +79,11 @@ async def test_a_reconciler_killed_mid_run_and_restarted_leaves_no_duplicate_and
     pods = await pipeline.pods("crash")
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"crash-worker-{i}" for i in range(12))
     created = [
-        r for r in pipeline.cluster.requests
-        if r["verb"] == "create" and r["resource"] == "pods" and r["code"] == 201 and r["namespace"] == "default"
+        r for r in pipeline.requests()
+        if r["verb"] == "create" and r["resource"] == "pods" and r["code"] == 201 and r["namespace"] == pipeline.namespace
     ]
     assert len(created) == 12
-    history = await reading.read_history(pipeline.kafka, "kto-1/default/JAXJob/crash")
+    history = await reading.read_history(pipeline.kafka, pipeline.key("JAXJob", "crash"))
     created_names = [r.child_name for r in history if isinstance(r, records.Decision) and r.action == "child_created" and r.child_kind == "Pod"]
     assert set(created_names) == {f"crash-worker-{i}" for i in range(12)}
 

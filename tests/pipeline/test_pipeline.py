@@ -98,14 +98,14 @@ async def test_each_kind_goes_created_running_succeeded_with_the_planned_childre
     for pod_name, expected in env.items():
         assert expected.items() <= env_of(seen[pod_name]).items()
     if kind != "MPIJob":
-        services, _ = await pipeline.client.list(resources.SERVICES, "default", f"training.kubeflow.org/job-name={name}")
+        services, _ = await pipeline.client.list(resources.SERVICES, pipeline.namespace, f"training.kubeflow.org/job-name={name}")
         assert {s["metadata"]["name"] for s in services} == set(pod_names)
         assert all(s["spec"]["clusterIP"] == "None" for s in services)
     done = await pipeline.wait_for(kind, name, "Succeeded")
     types = [c["type"] for c in done["status"]["conditions"]]
     assert types[0] == "Created" and types[-1] == "Succeeded"
     assert done["status"]["startTime"] and done["status"]["completionTime"]
-    history = await reading.read_history(pipeline.kafka, f"kto-1/default/{kind}/{name}")
+    history = await reading.read_history(pipeline.kafka, pipeline.key(kind, name))
     actions = [r.action for r in history if isinstance(r, records.Decision)]
     assert actions.count("child_created") >= len(pod_names)
     assert "status_written" in actions
@@ -139,10 +139,10 @@ async def test_deleting_a_job_removes_its_children(pipeline: Pipeline) -> None:
     manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "60s"
     await pipeline.submit(manifest)
     await pipeline.wait_for("TFJob", "gone", "Running")
-    await pipeline.client.delete(resources.JOB_TYPES["TFJob"], "default", "gone", propagation="Background")
+    await pipeline.client.delete(resources.JOB_TYPES["TFJob"], pipeline.namespace, "gone", propagation="Background")
 
     async def no_children() -> bool:
-        services, _ = await pipeline.client.list(resources.SERVICES, "default", "training.kubeflow.org/job-name=gone")
+        services, _ = await pipeline.client.list(resources.SERVICES, pipeline.namespace, "training.kubeflow.org/job-name=gone")
         return not await pipeline.pods("gone") and not services
 
     await pipeline.eventually(no_children, what="children garbage-collected")
@@ -161,7 +161,7 @@ async def test_two_reconcilers_share_the_partitions_and_every_job_completes(pipe
 
 
 async def test_a_poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(pipeline: Pipeline) -> None:
-    key = "kto-1/default/JAXJob/after-poison"
+    key = pipeline.key("JAXJob", "after-poison")
     async with producing.Publisher(pipeline.kafka, "test", "test") as publisher:
         await publisher.send_raw(pipeline.kafka.jobs_topic, b"{not json", key=key.encode(), headers=[])
     await pipeline.submit(job("JAXJob", "after-poison", {"Worker": (1, "Never")}, "jax"))
@@ -181,13 +181,13 @@ async def test_status_is_not_written_again_when_nothing_changed(pipeline: Pipeli
 
     def status_writes() -> int:
         return sum(
-            1 for r in pipeline.cluster.requests
+            1 for r in pipeline.requests()
             if r["verb"] in ("update", "patch") and r["subresource"] == "status" and r["name"] == "quiet"
         )
 
     before = status_writes()
     job_type = resources.JOB_TYPES["JAXJob"]
-    await pipeline.client.patch(job_type, "default", "quiet", {"metadata": {"labels": {"touched": uuid.uuid4().hex}}})
+    await pipeline.client.patch(job_type, pipeline.namespace, "quiet", {"metadata": {"labels": {"touched": uuid.uuid4().hex}}})
     await asyncio.sleep(1.5)
     assert status_writes() == before
 
@@ -198,7 +198,7 @@ async def test_an_mpijob_gets_its_launcher_rbac_and_configmap_before_any_pod(pip
     await pipeline.submit(job("MPIJob", "ordered", {"Launcher": (1, "Never"), "Worker": (3, "Never")}, "mpi"))
     await pipeline.wait_for("MPIJob", "ordered", "Succeeded")
     creates = [  # the only job of this cluster: every child create is one of its
-        r["resource"].split(".")[0] for r in pipeline.cluster.requests if r["verb"] == "create" and r["code"] == 201
+        r["resource"].split(".")[0] for r in pipeline.requests() if r["verb"] == "create" and r["code"] == 201
     ]
     first_pod = creates.index("pods")
     before = set(creates[:first_pod])
@@ -215,7 +215,7 @@ async def test_a_jobs_status_writes_are_paced_and_a_burst_of_pod_changes_is_writ
     assert done["status"]["replicaStatuses"]["Worker"]["succeeded"] == 3
     await asyncio.sleep(1.0)
     writes = [
-        r["time"] for r in pipeline.cluster.requests
+        r["time"] for r in pipeline.requests()
         if r["verb"] == "update" and r["subresource"] == "status" and r["name"] == "paced"
     ]
     assert 2 <= len(writes) <= 3, writes
@@ -232,8 +232,8 @@ async def test_a_job_deleted_while_no_watcher_ran_is_noticed_and_its_deletion_pu
     await pipeline.submit(manifest)
     await pipeline.wait_for("JAXJob", "unseen-delete", "Running")
     await pipeline.stop("watcher")
-    await pipeline.client.delete(resources.JOB_TYPES["JAXJob"], "default", "unseen-delete")
-    key = "kto-1/default/JAXJob/unseen-delete"
+    await pipeline.client.delete(resources.JOB_TYPES["JAXJob"], pipeline.namespace, "unseen-delete")
+    key = pipeline.key("JAXJob", "unseen-delete")
 
     async def deletion_published() -> bool:
         history = await reading.read_history(pipeline.kafka, key)
@@ -251,13 +251,13 @@ async def test_an_mpijob_configmap_deleted_by_hand_is_put_back(pipeline: Pipelin
         spec["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "60s"
     await pipeline.submit(manifest)
     await pipeline.wait_for("MPIJob", "hostfile", "Running")
-    first = await pipeline.client.get(resources.CONFIGMAPS, "default", "hostfile-config")
+    first = await pipeline.client.get(resources.CONFIGMAPS, pipeline.namespace, "hostfile-config")
     assert first["metadata"]["labels"] == {"app": "hostfile", "training.kubeflow.org/job-name": "hostfile"}
-    await pipeline.client.delete(resources.CONFIGMAPS, "default", "hostfile-config")
+    await pipeline.client.delete(resources.CONFIGMAPS, pipeline.namespace, "hostfile-config")
 
     async def put_back() -> bool:
         try:
-            again = await pipeline.client.get(resources.CONFIGMAPS, "default", "hostfile-config")
+            again = await pipeline.client.get(resources.CONFIGMAPS, pipeline.namespace, "hostfile-config")
         except clients.ApiError as exc:
             if exc.not_found:
                 return False
@@ -285,7 +285,7 @@ async def test_a_replica_failing_retryably_is_restarted_backoff_limit_times_then
     assert last["message"] == "Job flaky has failed because it has reached the specified backoff limit"
     assert failed["metadata"]["annotations"]["kto.dev/replica-restarts"] == "2"
     worker_creates = [
-        r for r in pipeline.cluster.requests
+        r for r in pipeline.requests()
         if r["verb"] == "create" and r["resource"] == "pods" and r["code"] == 201
     ]
     assert len(worker_creates) == 1 + 3, "the master once, the worker once and twice again"

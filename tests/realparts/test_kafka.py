@@ -26,7 +26,7 @@ from realparts import kafka
 from shared.bus import broker as bus_broker
 from shared.bus import errors, producing, reading, records
 from shared.bus.settings import KafkaSettings, SettingsError
-from tests.fixtures.kafka import real_kafka, settings_for_tests, start_or_give_up  # noqa: F401
+from tests.fixtures.kafka import settings_for_tests, start_or_give_up
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -209,10 +209,7 @@ async def test_an_idempotent_producer_writes_and_a_consumer_reads_everything_bac
     assert await read_key(settings, key) == list(range(20))
 
 
-@pytest.mark.xfail(strict=True, raises=errors.BusError,
-                   reason="reading.read_history / committed_offsets look the topic's partitions up in the "
-                          "consumer's bootstrap metadata: Tansu lists every topic there, Kafka none")
-async def test_read_history_finds_the_topic_on_kafka(real_kafka: KafkaSettings) -> None:  # noqa: F811
+async def test_read_history_finds_the_topic_on_kafka(real_kafka: KafkaSettings) -> None:
     settings = await own_topics(real_kafka)
     key = "kafka/default/PyTorchJob/history"
     await publish(settings, key, 0, 2)
