@@ -118,10 +118,11 @@ spec: {restartPolicy: Never, containers: [{name: main, image: busybox}]}
     assert logs == sim_cluster.kubelet.logs("default", "p") and logs
 
 
-async def test_server_side_apply_fails_clearly(kubectl: sim_fixtures.Kubectl) -> None:
-    result = await kubectl("apply", "--server-side", "-f", "-", check=False,
-                           input="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
-    assert result.returncode != 0 and "server-side apply" in result.stderr
+async def test_server_side_apply_creates_and_updates_with_kubectl(kubectl: sim_fixtures.Kubectl) -> None:
+    await kubectl("apply", "--server-side", "-f", "-", input="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '1'}\n")
+    await kubectl("apply", "--server-side", "-f", "-", input="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {b: '2'}\n")
+    data = (await kubectl("get", "configmap", "c", "-o", "jsonpath={.data}")).stdout
+    assert data == '{"b":"2"}', "a field the manager stopped applying is removed"
 
 
 async def test_patch_label_and_delete_with_kubectl(kubectl: sim_fixtures.Kubectl) -> None:

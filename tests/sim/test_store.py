@@ -222,7 +222,7 @@ async def test_delete_preconditions(store: sim_store.Store) -> None:
     await store.create("pods", pod("p"), "default")
     with pytest.raises(errors.ApiError) as caught:
         await store.delete("pods", "default", "p", preconditions={"uid": "other"})
-    assert caught.value.code == 409 and "Precondition failed" in caught.value.message
+    assert caught.value.code == 409 and "the UID in the precondition (other) does not match" in caught.value.message
 
 
 async def test_watch_resumes_from_a_resource_version(store: sim_store.Store) -> None:
