@@ -395,8 +395,12 @@ class Stack:
     @property
     def kafka(self) -> bus_settings.KafkaSettings:
         """Settings that reach this stack's broker."""
+        try:
+            base = bus_settings.KafkaSettings.from_env()  # the user's KTO_KAFKA_* tuning is kept
+        except bus_settings.SettingsError as exc:
+            raise StackError(str(exc)) from None
         return dataclasses.replace(
-            bus_settings.KafkaSettings(), bootstrap=self.bootstrap, partitions=self.settings.partitions,
+            base, bootstrap=self.bootstrap, partitions=self.settings.partitions, security_protocol="PLAINTEXT",
             idempotence=self.settings.broker == "kafka",  # Tansu has no InitProducerId
         )
 
@@ -438,9 +442,7 @@ class Stack:
         env["PYTHONUNBUFFERED"] = "1"  # the ready line must reach the log at once
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         if self.bootstrap:
-            env["KTO_KAFKA_BOOTSTRAP"] = self.bootstrap
-            env["KTO_KAFKA_PARTITIONS"] = str(self.settings.partitions)
-            env["KTO_KAFKA_IDEMPOTENCE"] = "true" if self.kafka.idempotence else "false"
+            env.update(self.kafka.to_env())
         return env
 
     def _child(self, name: str, *argv: str) -> Child:

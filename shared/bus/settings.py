@@ -145,6 +145,18 @@ class KafkaSettings:
             raise SettingsError(f"{ENV_PREFIX}{exc.field.upper()}: {exc.message}") from None
 
 
+    def to_env(self) -> dict[str, str]:
+        """The ``KTO_KAFKA_*`` variables that make :meth:`from_env` give these settings back
+        (for a child process; unset fields are left out)."""
+        env: dict[str, str] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            env[ENV_PREFIX + field.name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+        return env
+
+
 _T = TypeVar("_T")
 
 

@@ -123,3 +123,11 @@ def test_timing_settings_come_from_the_environment() -> None:
 def test_a_bad_variable_is_named_in_the_error(env: dict[str, str], variable: str) -> None:
     with pytest.raises(settings.SettingsError, match=variable):
         settings.KafkaSettings.from_env(env)
+
+
+def test_settings_given_to_a_child_process_as_variables_come_back_the_same() -> None:
+    given = settings.KafkaSettings(
+        bootstrap="k1:9093,k2:9093", security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="kto", sasl_password="pw", jobs_topic="j", dlq_topic="d", partitions=3, idempotence=False,
+    )
+    assert settings.KafkaSettings.from_env(given.to_env()) == given

@@ -23,12 +23,7 @@ async def start_reconciler_process(pipeline: Pipeline) -> subprocess.Popen[str]:
 
 async def start_worker_process(pipeline: Pipeline, command: str, group: str, *args: str) -> subprocess.Popen[str]:
     env = {
-        **os.environ,
-        "KTO_KAFKA_BOOTSTRAP": pipeline.kafka.bootstrap,
-        "KTO_KAFKA_JOBS_TOPIC": pipeline.kafka.jobs_topic,
-        "KTO_KAFKA_DLQ_TOPIC": pipeline.kafka.dlq_topic,
-        "KTO_KAFKA_PARTITIONS": str(pipeline.kafka.partitions),
-        "KTO_KAFKA_IDEMPOTENCE": str(pipeline.kafka.idempotence).lower(),
+        **os.environ, **pipeline.kafka.to_env(),
         "KTO_KAFKA_SESSION_TIMEOUT_MS": "6000",
         "KTO_KAFKA_HEARTBEAT_INTERVAL_MS": "300",
     }

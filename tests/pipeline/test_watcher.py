@@ -428,8 +428,7 @@ async def _kto_watcher(kafka: KafkaSettings, *args: str) -> asyncio.subprocess.P
     import os
     import sys
 
-    env = {**os.environ, "KTO_KAFKA_BOOTSTRAP": kafka.bootstrap, "KTO_KAFKA_JOBS_TOPIC": kafka.jobs_topic,
-           "KTO_KAFKA_DLQ_TOPIC": kafka.dlq_topic, "KTO_LOG_LEVEL": "INFO"}
+    env = {**os.environ, **kafka.to_env(), "KTO_LOG_LEVEL": "INFO"}
     env.pop("KTO_TRACES", None)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kto", "watcher", *args, cwd=ROOT, env=env,
