@@ -43,6 +43,7 @@ import pathlib
 import time
 from typing import Any
 
+from realparts import kube
 from shared.kube import clients, resources
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -61,6 +62,8 @@ class Target:
 
     kubeconfig: pathlib.Path
     contexts: tuple[str, ...]
+    audit_logs: dict[str, pathlib.Path] | None = None
+    """context → kube-apiserver audit log, for a real control plane (the sim serves its request log)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +255,14 @@ async def _watching(
             await asyncio.sleep(0.1)
 
 
-async def _request_log(client: clients.KubeClient, since: int) -> tuple[list[dict[str, Any]], int]:
+async def _request_log(
+    client: clients.KubeClient, since: int, audit_log: pathlib.Path | None,
+) -> tuple[list[dict[str, Any]], int]:
+    """kto's requests from index ``since`` on, and the index to read on from: the sim's request log,
+    or a real API server's audit log (kto's user only)."""
+    if audit_log is not None:
+        entries = kube.read_audit_log(audit_log)
+        return entries[since:], len(entries)
     page = await client.request("GET", "/admin/requests", {"since": since})
     return list(page.get("items") or []), int(page.get("next") or since)
 
@@ -309,7 +319,8 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
 
     kube = {c: await clients.KubeClient.connect(target.kubeconfig, c) for c in target.contexts}
     try:
-        log_start = {c: (await _request_log(kube[c], 1 << 62))[1] for c in target.contexts}
+        audit = target.audit_logs or {}
+        log_start = {c: (await _request_log(kube[c], 1 << 62, audit.get(c)))[1] for c in target.contexts}
         try:
             started, timed_out = await _follow(kube, jobs, settings, on_pod, on_job, all_done, stop)
         except* clients.ApiError as failed:
@@ -322,7 +333,7 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
         writes: collections.Counter[str] = collections.Counter()
         lease_writes = 0
         for context, client in kube.items():
-            entries, _ = await _request_log(client, log_start[context])
+            entries, _ = await _request_log(client, log_start[context], audit.get(context))
             for entry in entries:
                 verb, resource = entry.get("verb"), str(entry.get("resource") or "")
                 if verb not in WRITE_VERBS:

@@ -546,6 +546,14 @@ class Stack:
 
     # --- running ---------------------------------------------------------
 
+    @property
+    def audit_logs(self) -> dict[str, pathlib.Path] | None:
+        """context → kube-apiserver's audit log on a real control plane; None on sims (they serve
+        their request log at ``/admin/requests``)."""
+        if self.settings.control_plane != "kube":
+            return None
+        return {context: self.state_dir / "clusters" / context / "audit.log" for context in self.contexts}
+
     async def client(self, context: str | None = None) -> clients.KubeClient:
         """A KubeClient for one cluster (default: the first); close it (``async with``)."""
         return await clients.KubeClient.connect(self.kubeconfig, context or self.contexts[0])

@@ -90,7 +90,8 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
         _progress(f"stack ready in {time.monotonic() - began:.1f}s; submitting {bench_settings.jobs} jobs "
                   f"at {bench_settings.rate:g}/s")
         cpu_before, wall_before = running.cpu_seconds(), time.monotonic()
-        result = await pipeline.run(pipeline.Target(running.kubeconfig, tuple(running.contexts)), bench_settings)
+        result = await pipeline.run(pipeline.Target(running.kubeconfig, tuple(running.contexts), running.audit_logs),
+                                    bench_settings)
         cpu_after, wall = running.cpu_seconds(), time.monotonic() - wall_before
         died = running.exits()
         if died:
