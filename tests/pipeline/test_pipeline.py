@@ -289,3 +289,19 @@ async def test_a_replica_failing_retryably_is_restarted_backoff_limit_times_then
         if r["verb"] == "create" and r["resource"] == "pods" and r["code"] == 201
     ]
     assert len(worker_creates) == 1 + 3, "the master once, the worker once and twice again"
+
+
+async def test_when_the_active_watcher_stops_a_standby_takes_over_and_jobs_go_on(pipeline: Pipeline) -> None:
+    """Two watchers of one cluster: the lease holder publishes; stopped, the standby takes the lease
+    and publishes what changed since (on both tiers: the lease is a real coordination.k8s.io Lease)."""
+    pipeline.start_watcher("standby")
+    await pipeline.submit(job("JAXJob", "before", {"Worker": (1, "Never")}, "jax"))
+    await pipeline.wait_for("JAXJob", "before", "Succeeded")
+    await pipeline.stop("watcher")
+    await pipeline.submit(job("JAXJob", "after", {"Worker": (2, "Never")}, "jax"))
+    await pipeline.wait_for("JAXJob", "after", "Succeeded", timeout=45)
+    before = await reading.read_history(pipeline.kafka, pipeline.key("JAXJob", "before"))
+    after = await reading.read_history(pipeline.kafka, pipeline.key("JAXJob", "after"))
+    first = next(r for r in before if isinstance(r, records.Observation) and r.source == "watcher")
+    assert first.instance == "watcher"
+    assert {r.instance for r in after if isinstance(r, records.Observation) and r.source == "watcher"} == {"standby"}
