@@ -18,6 +18,8 @@ Where kto differs from upstream (each is listed in docs/api.md):
 - Pod-template shapes that defaulting and planning rely on (``spec`` an
   object, ``containers`` a list of objects, ``name`` and ``image`` strings,
   ``ports`` a list) are checked, as the upstream CRD schema does.
+- kto's limits (``shared.api.limits``: nesting depth, size as JSON, replicas
+  per replica type and in all) are checked for every kind; upstream has none.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from shared.api import common, jobs
+from shared.api import common, jobs, limits
 
 ErrorType = Literal["Required", "Invalid", "Forbidden", "NotSupported", "Duplicate"]
 
@@ -81,6 +83,7 @@ def validate(job: jobs.Job, old: jobs.Job | None = None) -> Report:
     """Validate ``job`` (un-defaulted); pass ``old`` on update to check immutable fields."""
     report = Report()
     _KINDS[job.KIND](job, old, report)
+    _check_limits(job, report)
     if old is not None:
         _check_queue_immutable(job, old, report)
     return report
@@ -183,6 +186,53 @@ def _check_queue_immutable(job: jobs.Job, old: jobs.Job, report: Report) -> None
                 _quote(new_queue),
             )
         )
+
+
+def _check_limits(job: jobs.Job, report: Report) -> None:
+    """kto: nesting depth, size and replica counts within ``shared.api.limits``."""
+    document = job.model_dump(by_alias=True, exclude_unset=True, exclude={"status"})
+    meta = document.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    deep = limits.too_deep(document)
+    if deep is not None:
+        path, depth = deep
+        report.errors.append(FieldError(
+            limits.shorten(path), "Invalid",
+            f"nested {depth} levels deep; kto's limit is {limits.MAX_OBJECT_DEPTH} levels",
+        ))
+    else:
+        size = limits.json_size(document)
+        if size > limits.MAX_OBJECT_BYTES:
+            path, held = limits.largest_field(document)
+            report.errors.append(FieldError(
+                limits.shorten(path) or "<object>", "Invalid",
+                f"the job is {size} bytes as JSON ({held} of them here); kto's limit is "
+                f"{limits.MAX_OBJECT_BYTES} bytes",
+            ))
+    total = 0
+    for replica_type, spec in job.specs().items():
+        replicas = spec.replicas
+        if replicas is None:
+            continue
+        total += max(replicas, 0)
+        if replicas > limits.MAX_REPLICAS:
+            report.errors.append(FieldError(
+                f"{_rt_path(job, replica_type)}.replicas", "Invalid",
+                f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type", _number(replicas),
+            ))
+    if total > limits.MAX_REPLICAS and len(job.specs()) > 1:
+        report.errors.append(FieldError(
+            _map_path(job), "Invalid",
+            f"{_number(total)} replicas in all; kto's limit is {limits.MAX_REPLICAS} replicas per job",
+        ))
+
+
+def _number(value: int) -> str:
+    """An integer as text; one too long to print (Python refuses over 4,300 digits) by its length."""
+    if value.bit_length() > 64:
+        return f"<a number of about {limits.json_size(value)} digits>"
+    return str(value)
 
 
 def _queue(job: jobs.Job) -> str | None:
