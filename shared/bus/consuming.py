@@ -479,9 +479,12 @@ class KeyedConsumer(lifecycle.Started):
         ) as span:
             try:
                 record = records.decode(message.value)
-            except records.MalformedRecord as exc:
-                span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
-                await self._dead_letter(message, f"MalformedRecord: {exc.reason}")
+            except Exception as exc:  # decode raises MalformedRecord; whatever else must not stall either
+                reason = exc.reason if isinstance(exc, records.MalformedRecord) else f"{type(exc).__name__}: {exc}"
+                span.set_status(trace.Status(trace.StatusCode.ERROR, reason[:MAX_ERROR_HEADER]))
+                log.warning("record %s/%s@%s is not a kto record, dead-lettered: %s", message.topic,
+                            message.partition, message.offset, reason[:500])
+                await self._dead_letter(message, f"MalformedRecord: {reason}")
                 return None
             span.set_attribute("kto.job_key", record.key)
             span.set_attribute("kto.record.id", record.id)

@@ -2,9 +2,12 @@
 
 In: records built by services (observations of Kubernetes objects, decisions of
 the reconciler and status workers), or the bytes of a Kafka record value.
-Out: :func:`encode` → JSON bytes for the wire; :func:`decode` → a typed
-:data:`Record` (an :class:`Observation` or a :class:`Decision`), or
-:class:`MalformedRecord` saying why the bytes are not a valid envelope.
+Out: :func:`encode` → JSON bytes for the wire, never more than
+:data:`MAX_RECORD_BYTES`, with secret-looking literal env values redacted
+(:func:`redact`) and an object too large or too deep to carry replaced by a
+stand-in (:func:`fit`); :func:`decode` → a typed :data:`Record` (an
+:class:`Observation` or a :class:`Decision`), or :class:`MalformedRecord`
+saying why the bytes are not a valid envelope — whatever the bytes are.
 
 Every record carries the job key it is about; the key is also the Kafka record
 key, so all records of one job land in one partition, in order.
@@ -14,13 +17,39 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import uuid
 from typing import Annotated, Any, Literal, TypeAlias
 
 import pydantic
 
+from shared.api import limits
+
 SCHEMA_VERSION: Literal[1] = 1
 """The envelope version this code writes and reads. A reader rejects any other."""
+
+MAX_RECORD_BYTES = 1_000_000
+"""Largest record value kto writes or reads. Kafka's default ``message.max.bytes``
+(and aiokafka's ``max_request_size``) is 1 MiB; this leaves room for headers and
+batch framing. :func:`decode` refuses a larger value without parsing it."""
+
+MAX_RECORD_DEPTH = 200
+"""Deepest nesting :func:`decode` accepts: below pydantic's serialisation limit (255),
+so anything decoded can be written again, and far below Python's json limit."""
+
+MAX_DECISION_MESSAGE = 16 * 1024
+"""Characters of a Decision's message kept when the record would be too large."""
+
+REDACTED = "<redacted by kto>"
+"""What a secret-looking literal env value is replaced with on the wire."""
+
+SECRET_NAME = re.compile(r"password|token|secret|key", re.IGNORECASE)
+"""Env var names whose literal ``value`` is redacted (``valueFrom`` is kept as it is)."""
+
+_STAND_IN_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "labels", "ownerReferences", "finalizers",
+)
 
 _ID_NAMESPACE = uuid.UUID("6f0c4b8e-3c1e-4c55-9a3a-6b1f0d1c2a77")
 
@@ -114,6 +143,7 @@ class _Envelope(pydantic.BaseModel):
     @classmethod
     def _valid_key(cls, value: str) -> str:
         JobKey.parse(value)
+        value.encode()  # a lone surrogate could not be a Kafka key again
         return value
 
     @pydantic.field_validator("observed_at")
@@ -146,7 +176,16 @@ class Observation(_Envelope):
     """Kind of the object: PyTorchJob, TFJob…, Pod, Service, ConfigMap, PodGroup…"""
     event: ObservationEvent
     object: dict[str, Any]
-    """The object as returned by the API server (lossless JSON)."""
+    """The object as returned by the API server (lossless JSON), but for what
+    :attr:`redacted` and :attr:`omitted` say."""
+    redacted: list[str] = pydantic.Field(default_factory=list)
+    """Field paths of literal env values replaced by :data:`REDACTED` when written
+    (env vars named like a password, token, secret or key). A worker that needs
+    them reads the object from the API server."""
+    omitted: str = ""
+    """Non-empty when the object was too large or too deep for a record: why. The
+    ``object`` is then a stand-in holding only apiVersion, kind, metadata (without
+    annotations) and status; the whole object is on the API server."""
 
 
 WELL_KNOWN_ACTIONS: tuple[str, ...] = (
@@ -211,8 +250,109 @@ def type_tag(record: Observation | Decision) -> str:
 
 
 def encode(record: Observation | Decision) -> bytes:
-    """The record as compact UTF-8 JSON."""
+    """The record as compact UTF-8 JSON, redacted (:func:`redact`) and made to fit
+    (:func:`fit`): at most :data:`MAX_RECORD_BYTES`. Never raises for a record
+    built from JSON-shaped values."""
+    return fit(redact(record))
+
+
+def _dump(record: Observation | Decision) -> bytes:
+    if isinstance(record, Observation) and not record.redacted and not record.omitted:
+        return record.model_dump_json(exclude={"redacted", "omitted"}).encode()
     return record.model_dump_json().encode()
+
+
+def redact(record: Observation | Decision) -> Observation | Decision:
+    """``record`` with every literal ``value`` of an env var whose name looks secret
+    (:data:`SECRET_NAME`) replaced by :data:`REDACTED`, and the paths listed in
+    ``redacted``. Only the containers on the way to a replaced value are copied."""
+    if not isinstance(record, Observation):
+        return record
+    found: list[tuple[list[str | int], str]] = []
+    stack: list[tuple[Any, list[str | int], str]] = [(record.object, [], "")]
+    while stack:
+        node, keys, path = stack.pop()
+        if isinstance(node, dict):
+            env = node.get("env")
+            if isinstance(env, list):
+                env_path = limits.segment(path, "env")
+                for index, item in enumerate(env):
+                    if (isinstance(item, dict) and isinstance(item.get("name"), str)
+                            and SECRET_NAME.search(item["name"]) and isinstance(item.get("value"), str)
+                            and item["value"] not in ("", REDACTED)):
+                        found.append(([*keys, "env", index, "value"], f"{env_path}[{index}].value"))
+            for key, child in node.items():
+                if isinstance(child, (dict, list)) and not (key == "env" and isinstance(child, list)):
+                    stack.append((child, [*keys, key], limits.segment(path, str(key))))
+        elif isinstance(node, list):
+            for index, child in enumerate(node):
+                if isinstance(child, (dict, list)):
+                    stack.append((child, [*keys, index], limits.segment(path, index)))
+    if not found:
+        return record
+    obj: Any = record.object
+    for keys, _ in found:
+        obj = _replaced(obj, keys, REDACTED)
+    return record.model_copy(update={"object": obj, "redacted": sorted([*record.redacted, *(p for _, p in found)])})
+
+
+def _replaced(node: Any, keys: list[str | int], value: Any) -> Any:
+    """A copy of ``node`` with ``value`` at ``keys``; containers off the path are shared."""
+    top = node.copy()
+    current = top
+    for key in keys[:-1]:
+        child = current[key].copy()
+        current[key] = child
+        current = child
+    current[keys[-1]] = value
+    return top
+
+
+def fit(record: Observation | Decision) -> bytes:
+    """``record`` encoded; one too large or too deep to encode loses its bulk instead:
+    an Observation carries a stand-in of its object (see :attr:`Observation.omitted`),
+    a Decision a shortened message and no detail."""
+    why = ""
+    try:
+        data = _dump(record)
+    except Exception as exc:  # pydantic refuses values nested over 255 levels
+        why = f"the object cannot be encoded ({_short(exc)})"
+    else:
+        if len(data) <= MAX_RECORD_BYTES:
+            return data
+        why = f"the record would be {len(data)} bytes, more than the limit of {MAX_RECORD_BYTES}"
+    if isinstance(record, Decision):
+        message = record.message if len(record.message) <= MAX_DECISION_MESSAGE else (
+            record.message[:MAX_DECISION_MESSAGE] + "…")
+        smaller = record.model_copy(update={"message": message, "detail": {"omitted": why}})
+        data = smaller.model_dump_json().encode()
+        if len(data) <= MAX_RECORD_BYTES:
+            return data
+        return smaller.model_copy(update={"message": message[:1024]}).model_dump_json().encode()
+    obj = record.object
+    found_meta = obj.get("metadata")
+    meta: dict[str, Any] = found_meta if isinstance(found_meta, dict) else {}
+    stand_in: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)}
+    stand_in["metadata"] = {k: meta[k] for k in _STAND_IN_METADATA if k in meta}
+    if isinstance(obj.get("status"), dict):
+        stand_in["status"] = obj["status"]
+    reason = f"{why}; the object is on the API server"
+    for attempt in (stand_in, {**stand_in, "status": {}, "metadata": {
+            k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if isinstance(meta.get(k), str)}}):
+        try:
+            data = record.model_copy(
+                update={"object": attempt, "omitted": reason, "redacted": []}).model_dump_json().encode()
+        except Exception:
+            continue
+        if len(data) <= MAX_RECORD_BYTES:
+            return data
+    bare = {k: v for k, v in stand_in.items() if k in ("apiVersion", "kind")}
+    return record.model_copy(update={"object": bare, "omitted": reason, "redacted": []}).model_dump_json().encode()
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def decode(data: bytes | None) -> Observation | Decision:
@@ -220,10 +360,22 @@ def decode(data: bytes | None) -> Observation | Decision:
     a valid envelope of a known schema_version."""
     if data is None:
         raise MalformedRecord("empty value (tombstone), not a kto record")
+    if len(data) > MAX_RECORD_BYTES:
+        raise MalformedRecord(f"{len(data)} bytes, more than the limit of {MAX_RECORD_BYTES}; not parsed")
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MalformedRecord(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedRecord("not JSON this reader can parse: nested too deep") from None
+    except Exception as exc:  # e.g. an integer of more than 4,300 digits (ValueError)
+        raise MalformedRecord(f"not JSON this reader can parse: {_short(exc)}") from None
+    deep = limits.too_deep(raw, MAX_RECORD_DEPTH)
+    if deep is not None:
+        raise MalformedRecord(
+            f"nested {deep[1]} levels deep at {limits.shorten(deep[0]) or '<record>'}, "
+            f"more than the limit of {MAX_RECORD_DEPTH}"
+        )
     if not isinstance(raw, dict):
         raise MalformedRecord(f"not a JSON object but {type(raw).__name__}")
     if "schema_version" not in raw:
@@ -240,4 +392,6 @@ def decode(data: bytes | None) -> Observation | Decision:
             f"{'.'.join(str(p) for p in err['loc']) or '<record>'}: {err['msg']}"
             for err in exc.errors(include_url=False)
         )
-        raise MalformedRecord(f"invalid envelope: {problems}") from None
+        raise MalformedRecord(f"invalid envelope: {problems[:2000]}") from None
+    except Exception as exc:
+        raise MalformedRecord(f"invalid envelope: {_short(exc)}") from None
