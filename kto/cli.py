@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "up": "kto.commands.up",
     "demo": "kto.commands.demo",
     "bench": "kto.commands.bench",
+    "chaos": "kto.commands.chaos",
     "sim-bench": "kto.commands.sim_bench",
 }
 """Sub-command name → module implementing it."""

@@ -103,6 +103,9 @@ class StackSettings:
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
     ``<state-dir>/kafka``, kept across runs)."""
 
+    watcher_args: tuple[str, ...] = ()
+    """Further ``kto watcher`` arguments (e.g. a shorter ``--lease-duration`` for chaos runs)."""
+
     start_timeout: float = 30.0
     """Seconds a child may take to print its ``ready`` line, and CRDs to become Established."""
 
@@ -149,7 +152,8 @@ def cluster_argv(settings: StackSettings, directory: pathlib.Path, context: str)
     It prints ``ready <url> <kubeconfig>``."""
     if settings.control_plane == "kube":
         return ["control-plane", "--state-dir", str(directory), "--context", context, "--crds", str(CRD_DIR),
-                "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
+                "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node),
+                "--restart-dead-parts"]
     argv = ["sim", "--port", "0", "--kubeconfig", str(directory / "kubeconfig"),
             "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
     if settings.fault_spec:
@@ -500,7 +504,7 @@ class Stack:
         for context in self.contexts:
             services.append(self._child(
                 f"watcher-{context}", "watcher", "--cluster", context,
-                "--kubeconfig", str(self.kubeconfig), "--context", context,
+                "--kubeconfig", str(self.kubeconfig), "--context", context, *s.watcher_args,
             ))
         for i in range(1, s.reconcilers + 1):
             argv = ["reconciler", "--kubeconfig", str(self.kubeconfig)]
@@ -577,6 +581,46 @@ class Stack:
     def pids(self) -> set[int]:
         """Every live process this stack started (children and what they started)."""
         return set().union(*(child.pids() for child in self.children)) if self.children else set()
+
+    # --- faults (chaos runs) ---------------------------------------------
+
+    def child(self, name: str) -> Child:
+        """The child process called ``name`` (``broker``, ``reconciler-1``, ``watcher-kto-1`` …)."""
+        for child in self.children:
+            if child.name == name:
+                return child
+        raise StackError(f"no child called {name}")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a child's process group at once (a crash); it is not reported by ``exits()``."""
+        child = self.child(name)
+        child.reported = True
+        if child.process is not None and child.process.returncode is None:
+            _signal_group(child.process.pid, signal.SIGKILL)
+
+    async def restart(self, name: str, *, wait_ready: bool = True) -> None:
+        """Start a killed or ended child again with the same arguments (a broker on the same port);
+        its output goes to ``<name>.<n>.log``. With ``wait_ready``, wait for its ready line."""
+        child = self.child(name)
+        if child.process is not None and child.process.returncode is None:
+            _signal_group(child.process.pid, signal.SIGKILL)
+        if child.process is not None:
+            await child.process.wait()
+        argv = list(child.argv)
+        if name == "broker" and "--port" in argv and self.bootstrap:
+            argv[argv.index("--port") + 1] = self.bootstrap.rsplit(":", 1)[1]
+        restarts = sum(1 for c in self.children if c.name == name)
+        again = Child(name, argv, self.log_dir / f"{name}.{restarts}.log", self._env())
+        again.stop_timeout = child.stop_timeout
+        self.children[self.children.index(child)] = again
+        for tier in self._tiers:
+            if child in tier:
+                tier[tier.index(child)] = again
+        if wait_ready:
+            await again.start(self.settings.part_timeout)
+        else:
+            asyncio.ensure_future(again.start(self.settings.part_timeout)).add_done_callback(
+                lambda task: task.exception() if not task.cancelled() else None)
 
     # --- stop ------------------------------------------------------------
 

@@ -38,6 +38,9 @@ def _walk(schema: Obj, value: Any, top: bool = False) -> Any:
         preserve = schema.get("x-kubernetes-preserve-unknown-fields") is True
         out: Obj = {}
         for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if item is None and isinstance(sub, dict) and not sub.get("nullable"):
+                continue  # kube-apiserver drops a null of a non-nullable field (its default then applies)
             if key in props:
                 out[key] = _walk(props[key], item)
             elif isinstance(extra, dict):

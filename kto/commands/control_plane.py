@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crds", type=pathlib.Path, action="append", default=[], metavar="PATH",
                         help="a CRD YAML file or a directory of them, created before the controller manager "
                              "starts (its garbage collector then knows the kinds at once); repeatable")
+    parser.add_argument("--restart-dead-parts", action="store_true",
+                        help="start a part that dies again (as a kubelet restarts static pods) instead of "
+                             "stopping everything with its last log lines")
     parser.add_argument("--build-only", action="store_true",
                         help="only build (or find in the cache) the binaries, print their directory and exit")
 
@@ -92,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
     async def _watch(plane: kube.ControlPlane) -> None:
         while True:
             dead = plane.dead()
-            if dead:
+            if dead and not args.restart_dead_parts:
                 raise caching.PartError("\n".join(dead))
+            for name, process in plane.processes.items():
+                if process.popen is not None and not process.alive:
+                    logging.getLogger("kto.control-plane").warning("%s died; starting it again", name)
+                    await plane.restart(name)
             await asyncio.sleep(0.5)
 
     try:

@@ -597,6 +597,9 @@ async def test_status_and_scale_subresources(pair: Pair) -> None:
         out["main patch keeps status"] = status_of(main)
         out["status patch"] = status_of(await api.request(
             "PATCH", jobs(ns, "j") + "/status", {"status": {"replicaStatuses": {"Worker": {"active": 1}}}}, ctype=MERGE))
+        out["null of a non-nullable field dropped"] = status_of(await api.request(
+            "PUT", jobs(ns, "j") + "/status", dict((await api.request("GET", jobs(ns, "j"))).body, status={
+                "replicaStatuses": {"Worker": {"active": None, "succeeded": 1}}})))
         bad = await api.request("PATCH", jobs(ns, "j") + "/status",
                                 {"status": {"conditions": [{"type": "X", "status": "Maybe"}]}}, ctype=MERGE)
         out["status validated"] = status_of(bad)

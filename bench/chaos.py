@@ -1,0 +1,635 @@
+"""``kto chaos``: a seeded, bounded chaos run of the whole pipeline, then invariant checks.
+
+In: a running :class:`kto.stack.Stack` (any tier) and :class:`ChaosSettings`
+(jobs, seed, how long faults last). Out: :class:`Summary`, one JSON object:
+what was injected, each invariant's violation count with details, and the
+convergence time after the last fault.
+
+The run, all choices from ``random.Random(seed)``:
+
+1. **A mixed job load** over the six kinds (:func:`plan_jobs`): successes,
+   ExitCode restarts within and over backoffLimit, permanent failures under
+   Never, in-place restarts under OnFailure, deletions mid-run, every
+   cleanPodPolicy, TTL after finish, activeDeadlineSeconds, suspend then
+   resume; plus hostile jobs (nesting, a huge annotation, a million
+   replicas, wrongly typed fields). Submitted over the first half of the
+   fault window.
+2. **Faults** (:func:`plan_faults`): SIGKILLs of reconcilers every ~10 s,
+   of a status worker and of the active watcher (each started again), one
+   broker restart (Tansu comes back empty; Kafka keeps its log), malformed
+   records on the jobs topic, and on sim/ windows of API faults (5xx, 429
+   with Retry-After, 409 conflicts, dropped watches, forced 410); on the
+   real control plane the kube-apiserver process is killed once (kto
+   control-plane starts it again).
+3. **Convergence**: after the last fault, wait until every job has reached
+   what it should (or the time limit).
+4. **Invariants**: jobs lost (no terminal state), wrong terminal states,
+   duplicate pods (more pod creates than replicas, restarts and resumes
+   explain), orphans (children of jobs that no longer exist), children
+   left by finished jobs against their cleanPodPolicy, partition stalls
+   (a worker group's committed offset below the log end), dead letters not
+   explained by an injected malformed record or hostile job, processes that
+   died on their own, and convergence slower than the goal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from realparts import kube
+from shared.api import jobs as job_models
+from shared.kube import clients, resources
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+NAMESPACE = "default"
+GARBAGE_KEY_PREFIX = "chaos/garbage/"
+"""Keys of the malformed records chaos writes to the jobs topic (dead letters with them are explained)."""
+CONVERGENCE_GOAL_S = 30.0
+
+KIND_RESTART_POLICY = {"PyTorchJob": "OnFailure", "TFJob": "Never", "XGBoostJob": "Never", "MPIJob": "Never",
+                       "PaddleJob": "OnFailure", "JAXJob": "Never"}
+REPLICA_TYPES = {"PyTorchJob": ("Master", "Worker"), "TFJob": ("Chief", "Worker"), "XGBoostJob": ("Master", "Worker"),
+                 "MPIJob": ("Launcher", "Worker"), "PaddleJob": ("Master", "Worker"), "JAXJob": ("Worker",)}
+
+
+class ChaosError(Exception):
+    """The chaos run could not be carried out (the stack failed to start, a cluster is unreachable)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ChaosSettings:
+    jobs: int = 100
+    """Jobs to submit (hostile ones included)."""
+    seed: int = 1
+    """Seed of every random choice: the same seed gives the same jobs and fault schedule."""
+    fault_seconds: float = 40.0
+    """How long faults go on; jobs are submitted over the first half."""
+    converge_timeout: float = 120.0
+    """Seconds after the last fault to wait for every job to reach its expected end."""
+    real_tier: bool = False
+    """True on kube + kafka: no sim fault injection; the API server process is killed instead."""
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ChaosError("--jobs must be at least 1")
+        if self.fault_seconds < 10:
+            raise ChaosError("--fault-seconds must be at least 10")
+
+
+# --------------------------------------------------------------------------
+# The job load
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PlannedJob:
+    kind: str
+    name: str
+    case: str
+    manifest: dict[str, Any]
+    expect: str
+    """``Succeeded``, ``Failed``, ``deleted`` (deleted by chaos or by TTL) or ``refused`` (hostile: refused by the
+    API server or Failed)."""
+    replicas: int
+    clean: str = "None"
+    delete_after: float | None = None
+    resume_after: float | None = None
+    submitted: bool = False
+    refused_at_submit: str | None = None
+    final: str | None = None
+
+
+def _template(annotations: dict[str, str], container: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": annotations},
+            "spec": {"containers": [{"name": container, "image": "busybox",
+                                     "resources": {"requests": {"cpu": "10m"}}}]}}
+
+
+def _job(kind: str, name: str, replicas: dict[str, tuple[int, str, dict[str, str]]], **run_policy: Any) -> dict[str, Any]:
+    field = job_models.KINDS[kind].REPLICA_FIELD_ALIAS
+    container = {"PyTorchJob": "pytorch", "TFJob": "tensorflow", "XGBoostJob": "xgboost", "MPIJob": "mpi",
+                 "PaddleJob": "paddle", "JAXJob": "jax"}[kind]
+    spec: dict[str, Any] = {field: {
+        rt: {"replicas": n, "restartPolicy": policy, "template": _template(ann, container)}
+        for rt, (n, policy, ann) in replicas.items()
+    }}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": spec}
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": "x"}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def plan_jobs(rng: random.Random, count: int) -> list[PlannedJob]:
+    """``count`` jobs of every case, shuffled; about one in twenty is hostile."""
+    cases = ["succeed"] * 6 + ["restart-within", "restart-over", "permanent", "onfailure", "deleted",
+                              "clean-all", "clean-running", "ttl", "deadline", "suspend", "hostile"]
+    planned: list[PlannedJob] = []
+    for i in range(count):
+        case = cases[i % len(cases)] if i < len(cases) else rng.choice(cases)
+        kind = rng.choice(sorted(KIND_RESTART_POLICY))
+        name = f"chaos-{i:04d}-{case}"
+        run = f"{rng.uniform(0.5, 2.0):.1f}s"
+        ok = {"sim.kto.dev/duration": run}
+        types = REPLICA_TYPES[kind]
+        policy = KIND_RESTART_POLICY[kind]
+
+        def shape(annotations: dict[str, str], restart: str | None = None) -> dict[str, tuple[int, str, dict[str, str]]]:
+            out = {}
+            for rt in types:
+                n = 1 if rt in ("Master", "Chief", "Launcher") else rng.randint(1, 2)
+                out[rt] = (n, restart or policy, annotations)
+            return out
+
+        if case == "succeed":
+            replicas = shape(ok)
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas), "Succeeded", _count(replicas)))
+        elif case in ("restart-within", "restart-over"):
+            kind, types = "PyTorchJob", REPLICA_TYPES["PyTorchJob"]
+            flaky = {"sim.kto.dev/duration": "0.5s", "sim.kto.dev/exit-code": "137",
+                     "sim.kto.dev/fail-times": "1" if case == "restart-within" else "9"}
+            replicas = {"Master": (1, "ExitCode", ok), "Worker": (1, "ExitCode", flaky)}
+            limit = 3 if case == "restart-within" else 1
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, backoffLimit=limit),
+                                      "Succeeded" if case == "restart-within" else "Failed", 2))
+        elif case == "permanent":
+            replicas = shape({"sim.kto.dev/duration": "0.5s", "sim.kto.dev/exit-code": "1"}, "Never")
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas), "Failed", _count(replicas)))
+        elif case == "onfailure":
+            kind, types = "PyTorchJob", REPLICA_TYPES["PyTorchJob"]
+            flaky = {"sim.kto.dev/duration": "0.5s", "sim.kto.dev/exit-code": "1", "sim.kto.dev/fail-times": "1"}
+            replicas = {"Master": (1, "OnFailure", ok), "Worker": (1, "OnFailure", flaky)}
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas), "Succeeded", 2))
+        elif case == "deleted":
+            replicas = shape({"sim.kto.dev/duration": "60s"})
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas), "deleted", _count(replicas),
+                                      delete_after=rng.uniform(2, 6)))
+        elif case in ("clean-all", "clean-running"):
+            clean = "All" if case == "clean-all" else "Running"
+            replicas = shape(ok)
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, cleanPodPolicy=clean),
+                                      "Succeeded", _count(replicas), clean=clean))
+        elif case == "ttl":
+            replicas = shape(ok)
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, ttlSecondsAfterFinished=2),
+                                      "deleted", _count(replicas)))
+        elif case == "deadline":
+            replicas = shape({"sim.kto.dev/duration": "60s"})
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, activeDeadlineSeconds=3),
+                                      "Failed", _count(replicas)))
+        elif case == "suspend":
+            replicas = shape(ok)
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, suspend=True), "Succeeded",
+                                      _count(replicas), resume_after=rng.uniform(2, 5)))
+        else:
+            planned.append(_hostile(rng, kind, name))
+    rng.shuffle(planned)
+    return planned
+
+
+def _count(replicas: dict[str, tuple[int, str, dict[str, str]]]) -> int:
+    return sum(n for n, _, _ in replicas.values())
+
+
+def _hostile(rng: random.Random, kind: str, name: str) -> PlannedJob:
+    field = job_models.KINDS[kind].REPLICA_FIELD_ALIAS
+    rt = REPLICA_TYPES[kind][-1]
+    manifest = _job(kind, name, {rt: (1, KIND_RESTART_POLICY[kind], {"sim.kto.dev/duration": "1s"})})
+    spec = manifest["spec"][field][rt]
+    shape = rng.choice(["nested", "huge-annotation", "million-replicas", "replicas-string", "bad-restart-policy",
+                        "spec-string"])
+    if shape == "nested":
+        spec["template"]["metadata"]["labels"] = {"x": "y"}
+        spec["template"]["spec"]["nested"] = _nested(300)
+    elif shape == "huge-annotation":
+        manifest["metadata"]["annotations"] = {"chaos.kto.dev/blob": "x" * 1_200_000}
+    elif shape == "million-replicas":
+        spec["replicas"] = 1_000_000
+    elif shape == "replicas-string":
+        spec["replicas"] = "three"
+    elif shape == "bad-restart-policy":
+        spec["restartPolicy"] = "Sometimes"
+    else:
+        manifest["spec"] = "x"
+    return PlannedJob(kind, f"{name}-{shape}", f"hostile-{shape}", dict(manifest, metadata=dict(
+        manifest["metadata"], name=f"{name}-{shape}")), "refused", 0)
+
+
+def garbage_records(rng: random.Random, count: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) of records no worker can decode: deep nesting, huge integers, random bytes, wrong JSON."""
+    shapes: list[bytes] = [
+        b"[" * 100_000,
+        b'{"schema": 1, "n": ' + b"9" * 5000 + b"}",
+        bytes(rng.getrandbits(8) for _ in range(256)),
+        b'{"schema": 999, "type": "observation"}',
+        b"null",
+        b'"just a string"',
+    ]
+    return [(f"{GARBAGE_KEY_PREFIX}{i}".encode(), shapes[i % len(shapes)]) for i in range(count)]
+
+
+# --------------------------------------------------------------------------
+# The fault schedule
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    at: float
+    """Seconds after the start of the run."""
+    what: str
+    """``kill`` (a child, started again), ``api-faults`` (a sim fault spec on, ``arg``), ``api-faults-off``,
+    ``broker-restart``, ``apiserver-kill``, ``garbage`` (malformed records)."""
+    target: str = ""
+    arg: str = ""
+
+
+def plan_faults(rng: random.Random, settings: ChaosSettings, reconcilers: int, status_workers: int,
+                watchers: list[str]) -> list[Fault]:
+    window = settings.fault_seconds
+    faults: list[Fault] = []
+    t = rng.uniform(3, 6)
+    while t < window - 2:
+        faults.append(Fault(t, "kill", f"reconciler-{rng.randint(1, reconcilers)}"))
+        t += rng.uniform(8, 12)
+    faults.append(Fault(rng.uniform(0.2, 0.6) * window, "kill", f"status-{rng.randint(1, status_workers)}"))
+    faults.append(Fault(rng.uniform(0.3, 0.7) * window, "kill", rng.choice(watchers)))
+    faults.append(Fault(rng.uniform(0.4, 0.6) * window, "broker-restart"))
+    faults.append(Fault(rng.uniform(0.1, 0.3) * window, "garbage", arg="6"))
+    faults.append(Fault(rng.uniform(0.65, 0.85) * window, "garbage", arg="6"))
+    if settings.real_tier:
+        faults.append(Fault(rng.uniform(0.2, 0.8) * window, "apiserver-kill"))
+    else:
+        seed = rng.randint(0, 1 << 30)
+        spec = (f"error_rate=0.05;throttle_rate=0.03:retry_after=1;conflict_rate=0.05;watch_drop=4s;"
+                f"gone_every=7s;seed={seed}")
+        start = rng.uniform(0.1, 0.3) * window
+        faults.append(Fault(start, "api-faults", arg=spec))
+        faults.append(Fault(min(window - 1, start + rng.uniform(10, 15)), "api-faults-off"))
+    return sorted(faults, key=lambda f: f.at)
+
+
+# --------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Summary:
+    seed: int
+    tier: str
+    jobs: int
+    injected: dict[str, int]
+    invariants: dict[str, int]
+    violations: list[str]
+    convergence_s: float | None
+    dead_letters: int
+    run_s: float
+
+    @property
+    def passed(self) -> bool:
+        return not any(self.invariants.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, **dataclasses.asdict(self)}
+
+
+async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], None]) -> Summary:
+    """Drive the load and the faults against a started stack, wait, check; the summary."""
+    rng = random.Random(settings.seed)
+    planned = plan_jobs(rng, settings.jobs)
+    watchers = [c.name for c in stack.children if c.name.startswith("watcher-")]
+    faults = plan_faults(rng, settings, stack.settings.reconcilers, stack.settings.status_workers, watchers)
+    garbage = garbage_records(rng, 12)
+    injected: dict[str, int] = {}
+    started = time.monotonic()
+    context = stack.contexts[0]
+    async with await stack.client(context) as client:
+        log_start = len(_requests(stack, context)) if settings.real_tier else await _sim_log_index(client)
+        submitting = asyncio.create_task(_submit_all(client, planned, settings.fault_seconds / 2, progress),
+                                         name="chaos-submit")
+        lifecycle = asyncio.create_task(_lifecycles(client, planned), name="chaos-lifecycles")
+        garbage_sent = 0
+        for fault in faults:
+            await asyncio.sleep(max(0.0, started + fault.at - time.monotonic()))
+            progress(f"t={time.monotonic() - started:5.1f}s {fault.what} {fault.target}{fault.arg and ' ' + fault.arg[:40]}")
+            injected[fault.what] = injected.get(fault.what, 0) + 1
+            try:
+                if fault.what == "kill":
+                    stack.kill(fault.target)
+                    await asyncio.sleep(0.5)
+                    await stack.restart(fault.target, wait_ready=not fault.target.startswith("watcher-"))
+                elif fault.what == "broker-restart":
+                    stack.kill("broker")
+                    await asyncio.sleep(1.0)
+                    await stack.restart("broker")
+                elif fault.what == "garbage":
+                    batch = garbage[garbage_sent:garbage_sent + int(fault.arg)]
+                    await _publish_raw(stack.kafka, batch)
+                    garbage_sent += len(batch)
+                elif fault.what in ("api-faults", "api-faults-off"):
+                    await client.request("PUT", "/admin/faults", body={"spec": fault.arg if fault.what == "api-faults" else ""})
+                elif fault.what == "apiserver-kill":
+                    _kill_apiserver(stack, context)
+            except Exception as exc:  # a fault that could not be injected is reported, not fatal
+                progress(f"could not inject {fault.what} {fault.target}: {exc!r}")
+                injected[f"{fault.what}-failed"] = injected.get(f"{fault.what}-failed", 0) + 1
+        await submitting
+        last_fault = time.monotonic()
+        progress(f"faults over after {last_fault - started:.1f}s; waiting for convergence")
+        converged_at = await _converge(client, planned, settings.converge_timeout)
+        lifecycle.cancel()
+        await asyncio.gather(lifecycle, return_exceptions=True)
+        await asyncio.sleep(3.0)  # let cleanup and commits finish before judging them
+        violations: dict[str, list[str]] = {name: [] for name in (
+            "jobs_lost", "wrong_terminal_states", "duplicate_pods", "orphans", "children_left_by_finished_jobs",
+            "partition_stalls", "dead_letters_unexplained", "process_deaths", "slow_convergence")}
+        await _check_jobs(client, planned, violations)
+        await _check_children(client, planned, violations)
+        requests = _requests(stack, context)[log_start:] if settings.real_tier else await _sim_requests(client, log_start)
+        _check_duplicates(planned, requests, violations)
+    dead = await _check_bus(stack.kafka, planned, violations)
+    for exit_ in stack.exits():
+        violations["process_deaths"].append(f"{exit_.name} exited with {exit_.code} (see {exit_.log})")
+    convergence = None if converged_at is None else round(max(0.0, converged_at - last_fault), 1)
+    if convergence is None or convergence > CONVERGENCE_GOAL_S:
+        violations["slow_convergence"].append(f"converged after {convergence}s (goal {CONVERGENCE_GOAL_S:g}s)")
+    injected["jobs_hostile"] = sum(1 for j in planned if j.case.startswith("hostile"))
+    injected["malformed_records"] = garbage_sent
+    return Summary(
+        seed=settings.seed, tier="kube+kafka" if settings.real_tier else "sim+tansu", jobs=len(planned),
+        injected=injected, invariants={k: len(v) for k, v in violations.items()},
+        violations=[f"{k}: {item}" for k, items in violations.items() for item in items[:20]],
+        convergence_s=convergence, dead_letters=dead, run_s=round(time.monotonic() - started, 1),
+    )
+
+
+async def _retrying(call: Callable[[], Awaitable[Any]], attempts: int = 20) -> Any:
+    """The benchmark's own API calls ride out the faults it injects."""
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except clients.ApiError as exc:
+            if not (exc.retriable or exc.conflict) or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5)
+    return None
+
+
+async def _submit_all(client: clients.KubeClient, planned: list[PlannedJob], over: float,
+                      progress: Callable[[str], None]) -> None:
+    gap = over / max(1, len(planned))
+    for job in planned:
+        rt = resources.JOB_TYPES[job.kind]
+        try:
+            await _retrying(lambda: client.create(rt, NAMESPACE, job.manifest))
+        except clients.ApiError as exc:
+            if exc.already_exists:
+                job.submitted = True
+            elif job.case.startswith("hostile") and 400 <= exc.code < 500:
+                job.refused_at_submit = f"{exc.code} {exc.reason}"
+            else:
+                progress(f"submitting {job.name} failed: {exc}")
+                job.refused_at_submit = f"{exc.code} {exc.reason}"
+        else:
+            job.submitted = True
+        await asyncio.sleep(gap)
+
+
+async def _lifecycles(client: clients.KubeClient, planned: list[PlannedJob]) -> None:
+    """Delete the jobs to be deleted mid-run and resume the suspended ones, on their schedule."""
+    begun = time.monotonic()
+    todo = [j for j in planned if j.delete_after is not None or j.resume_after is not None]
+    while todo:
+        await asyncio.sleep(0.5)
+        for job in list(todo):
+            if not job.submitted:
+                continue
+            rt = resources.JOB_TYPES[job.kind]
+            if job.delete_after is not None and time.monotonic() - begun > job.delete_after + 5:
+                await _retrying(lambda: _delete_quietly(client, rt, job.name))
+                todo.remove(job)
+            elif job.resume_after is not None and time.monotonic() - begun > job.resume_after + 5:
+                await _retrying(lambda: client.patch(rt, NAMESPACE, job.name, {"spec": {"runPolicy": {"suspend": False}}}))
+                todo.remove(job)
+
+
+async def _delete_quietly(client: clients.KubeClient, rt: resources.ResourceType, name: str) -> None:
+    try:
+        await client.delete(rt, NAMESPACE, name, propagation="Background")
+    except clients.ApiError as exc:
+        if not exc.not_found:
+            raise
+
+
+def _state(job: dict[str, Any] | None) -> str | None:
+    if job is None:
+        return "deleted"
+    for condition in reversed((job.get("status") or {}).get("conditions") or []):
+        if condition.get("status") == "True" and condition.get("type") in ("Succeeded", "Failed"):
+            return str(condition["type"])
+    return None
+
+
+async def _converge(client: clients.KubeClient, planned: list[PlannedJob], timeout: float) -> float | None:
+    """The moment every job reached what it should (hostile ones: refused or Failed); None on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = 0
+        for rt_kind in {j.kind for j in planned}:
+            rt = resources.JOB_TYPES[rt_kind]
+            try:
+                items, _ = await client.list(rt, NAMESPACE)
+            except clients.ApiError:
+                pending += 1
+                continue
+            seen = {item["metadata"]["name"]: item for item in items}
+            for job in planned:
+                if job.kind != rt_kind:
+                    continue
+                job.final = "refused" if job.refused_at_submit else _state(seen.get(job.name))
+                if not _reached(job):
+                    pending += 1
+        if pending == 0:
+            return time.monotonic()
+        await asyncio.sleep(1.0)
+    return None
+
+
+def _reached(job: PlannedJob) -> bool:
+    if job.expect == "refused":
+        return job.final in ("refused", "Failed")
+    return job.final == job.expect
+
+
+async def _check_jobs(client: clients.KubeClient, planned: list[PlannedJob], violations: dict[str, list[str]]) -> None:
+    for job in planned:
+        if _reached(job):
+            continue
+        if job.final is None:
+            violations["jobs_lost"].append(f"{job.kind}/{job.name} ({job.case}) never reached {job.expect}")
+        else:
+            violations["wrong_terminal_states"].append(
+                f"{job.kind}/{job.name} ({job.case}) ended {job.final}, expected {job.expect}")
+
+
+async def _check_children(client: clients.KubeClient, planned: list[PlannedJob],
+                          violations: dict[str, list[str]]) -> None:
+    pods, _ = await client.list(resources.PODS, NAMESPACE, label_selector=JOB_NAME_LABEL)
+    services, _ = await client.list(resources.SERVICES, NAMESPACE, label_selector=JOB_NAME_LABEL)
+    by_name = {j.name: j for j in planned}
+    existing = {j.name for j in planned if j.final not in ("deleted", "refused")}
+    for child in pods + services:
+        meta = child["metadata"]
+        owner = meta.get("labels", {}).get(JOB_NAME_LABEL)
+        if owner not in existing and not meta.get("deletionTimestamp"):
+            violations["orphans"].append(f"{child['kind']} {meta['name']} of {owner}, which no longer exists")
+    for pod in pods:
+        job = by_name.get(pod["metadata"].get("labels", {}).get(JOB_NAME_LABEL, ""))
+        if job is None or job.final not in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+            continue
+        phase = (pod.get("status") or {}).get("phase")
+        if job.clean == "All" or job.final == "Failed" and job.case in ("restart-over", "deadline"):
+            violations["children_left_by_finished_jobs"].append(
+                f"pod {pod['metadata']['name']} of {job.final} job {job.name} (cleanPodPolicy {job.clean}, {job.case})")
+        elif job.clean == "Running" and phase in ("Running", "Pending"):
+            violations["children_left_by_finished_jobs"].append(
+                f"{phase} pod {pod['metadata']['name']} of {job.final} job {job.name} (cleanPodPolicy Running)")
+
+
+def _check_duplicates(planned: list[PlannedJob], requests: list[dict[str, Any]],
+                      violations: dict[str, list[str]]) -> None:
+    """More pod creates than the job's replicas, its restarts and its resume can explain."""
+    creates: dict[str, int] = {}
+    for request in requests:
+        if request.get("verb") == "create" and request.get("resource") == "pods" and request.get("code") == 201:
+            name = str(request.get("name") or "")
+            creates[name] = creates.get(name, 0) + 1
+    for job in planned:
+        if job.case.startswith("hostile") or job.replicas == 0:
+            continue
+        made = sum(n for pod, n in creates.items() if pod.startswith(f"{job.name}-"))
+        allowed = job.replicas * (2 if job.resume_after is not None else 1)
+        if job.case in ("restart-within", "restart-over", "onfailure"):
+            allowed += 10  # restarts: bounded by the backoff limit and fail-times, checked by their end state
+        if made > allowed:
+            violations["duplicate_pods"].append(f"{job.name}: {made} pod creates, at most {allowed} expected")
+
+
+async def _sim_log_index(client: clients.KubeClient) -> int:
+    page = await client.request("GET", "/admin/requests", {"since": 1 << 62})
+    return int(page.get("next") or 0)
+
+
+async def _sim_requests(client: clients.KubeClient, since: int) -> list[dict[str, Any]]:
+    page = await client.request("GET", "/admin/requests", {"since": since})
+    return list(page.get("items") or [])
+
+
+def _requests(stack: Any, context: str) -> list[dict[str, Any]]:
+    logs = stack.audit_logs or {}
+    return kube.read_audit_log(logs[context]) if context in logs else []
+
+
+def _kill_apiserver(stack: Any, context: str) -> None:
+    import os
+    import pathlib
+    import signal
+
+    child = stack.child(f"control-plane-{context}")
+    for pid in child.pids():
+        try:
+            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"kube-apiserver" in cmdline.split(b"\0")[0]:
+            os.kill(pid, signal.SIGKILL)
+            return
+    raise ChaosError(f"no kube-apiserver process under {child.name}")
+
+
+async def _publish_raw(kafka: Any, records: list[tuple[bytes, bytes]]) -> None:
+    from shared.bus.settings import client_options
+
+    producer = AIOKafkaProducer(**client_options(kafka), max_request_size=4 * 1024 * 1024)
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send_and_wait(kafka.jobs_topic, value, key=key)
+    finally:
+        await producer.stop()
+
+
+async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str, list[str]]) -> int:
+    """Dead letters each explained by an injected record or a hostile job; no worker group behind."""
+    from shared.bus.settings import client_options
+
+    hostile = {f"/{j.kind}/{j.name}" for j in planned if j.case.startswith("hostile")}
+    consumer = AIOKafkaConsumer(**client_options(kafka), group_id=None, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    dead = 0
+    try:
+        metadata = await consumer._client.fetch_all_metadata()
+        for topic in (kafka.dlq_topic,):
+            tps = [TopicPartition(topic, p) for p in sorted(metadata.partitions_for_topic(topic) or ())]
+            if not tps:
+                continue
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            while True:
+                batch = await consumer.getmany(*tps, timeout_ms=1000)
+                if not any(batch.values()):
+                    break
+                for messages in batch.values():
+                    for message in messages:
+                        dead += 1
+                        key = (message.key or b"").decode(errors="replace")
+                        if key.startswith(GARBAGE_KEY_PREFIX) or any(key.endswith(h) for h in hostile):
+                            continue
+                        error = dict(message.headers or []).get("kto-error", b"").decode(errors="replace")
+                        violations["dead_letters_unexplained"].append(
+                            f"{key} at {message.partition}@{message.offset}: {error[:200]}")
+        for group in ("kto-reconciler", "kto-status"):
+            tps = [TopicPartition(kafka.jobs_topic, p)
+                   for p in sorted(metadata.partitions_for_topic(kafka.jobs_topic) or ())]
+            ends = await consumer.end_offsets(tps)
+            lagging = await _lag(kafka, group, tps, ends)
+            violations["partition_stalls"].extend(lagging)
+    finally:
+        await consumer.stop()
+    return dead
+
+
+async def _lag(kafka: Any, group: str, tps: list[TopicPartition], ends: dict[TopicPartition, int]) -> list[str]:
+    from shared.bus import reading
+
+    try:
+        committed = await reading.committed_offsets(kafka, group)
+    except Exception as exc:
+        return [f"{group}: committed offsets unreadable: {exc!r}"]
+    stalls = []
+    for tp in tps:
+        done = committed.get(tp.partition)
+        end = ends.get(tp, 0)
+        if end > 0 and (done is None or done < end):
+            stalls.append(f"{group} partition {tp.partition}: committed {done}, log end {end}")
+    return stalls
+
+
+def dumps(summary: Summary) -> str:
+    return json.dumps(summary.as_dict(), indent=2)
