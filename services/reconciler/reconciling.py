@@ -55,6 +55,14 @@ class Reconciler:
         self._checking: set[str] = set()
         """Keys whose ``job_check_due`` record is on its way."""
         self._sweeper: asyncio.Task[None] | None = None
+        self._decided_on: dict[str, dict[str, Any]] = {}
+        """Job key → the job as its last decision saw it: the old object an update is validated against."""
+        operator = settings.operator
+        self._podgroups = (
+            None if not operator.gang_scheduling
+            else resources.VOLCANO_PODGROUPS if operator.volcano else resources.PLUGINS_PODGROUPS
+        )
+        """The PodGroup kind hydrated in gang mode."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the reconciler reads: every
@@ -84,6 +92,10 @@ class Reconciler:
         if record.object_kind in jobs.KINDS:
             self._job_seen[record.key] = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
+            if (record.omitted or record.redacted) and record.event != "DELETED":
+                # The record lacks what pods are planned from (a stand-in, or env
+                # values redacted on the wire): read the job from the API server.
+                view.hydrated = False
             return True
         # A pod being scheduled or getting an IP changes no decision: no reconcile for it.
         return view.observe_child(record.object, record.event == "DELETED") or not view.hydrated
@@ -146,7 +158,9 @@ class Reconciler:
 
     async def _hydrate(self, key: records.JobKey, view: views.JobView) -> None:
         client = await self._clusters.get(key.cluster)
-        job, children = await hydrating.hydrate(client, key.kind, key.namespace, key.name)
+        job, children = await hydrating.hydrate(
+            client, key.kind, key.namespace, key.name, podgroups=self._podgroups,
+        )
         if job is None:
             view.job, view.gone = None, True
         else:
@@ -164,6 +178,7 @@ class Reconciler:
 
     def _forget(self, job_key: str) -> None:
         self._views.pop(job_key, None)
+        self._decided_on.pop(job_key, None)
         self._job_seen.pop(job_key, None)
         self._checking.discard(job_key)
         timer = self._timers.pop(job_key, None)
@@ -198,9 +213,11 @@ class Reconciler:
             )
             return
         verdict = view.current_verdict()
+        old = _previous_version(self._decided_on.get(job_key), view.job)
+        self._decided_on[job_key] = view.job
         decision = reconciling.decide(
             job, self._children(job_key, view), _now(), self._settings.operator,
-            statuses.Verdict(*verdict) if verdict is not None else None,
+            statuses.Verdict(*verdict) if verdict is not None else None, old,
         )
         client = await self._clusters.get(key.cluster)
         if decision.verdict is not None:
@@ -393,6 +410,20 @@ class Reconciler:
         self._timers.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
+
+
+def _previous_version(previous: dict[str, Any] | None, current: dict[str, Any]) -> jobs.Job | None:
+    """The job as the last decision saw it, when ``current`` is an update of it
+    (same uid, another spec generation); None otherwise, or if it cannot be loaded."""
+    if previous is None or previous is current:
+        return None
+    before, now = previous.get("metadata") or {}, current.get("metadata") or {}
+    if before.get("uid") != now.get("uid") or previous.get("spec") == current.get("spec"):
+        return None
+    try:
+        return jobs.load(previous)
+    except jobs.LoadError:
+        return None
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

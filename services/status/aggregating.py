@@ -91,7 +91,10 @@ class StatusAggregator:
                 return False
             self._view(record.key).set_verdict(record.detail.get("uid"), record.reason, record.message)
         elif record.object_kind in jobs.KINDS:
-            self._view(record.key).observe_job(record.object, record.event == "DELETED")
+            view = self._view(record.key)
+            view.observe_job(record.object, record.event == "DELETED")
+            if record.omitted and record.event != "DELETED":
+                view.hydrated = False  # too large or deep for a record: read it from the API server
         elif record.object_kind == "Pod":
             view = self._view(record.key)
             # Scheduling, conditions and IPs do not change the status: nothing to settle.
@@ -160,11 +163,21 @@ class StatusAggregator:
             return cached
         try:
             job = jobs.load(view.job)
-        except jobs.LoadError:
-            # The reconciler publishes the validation verdict that names the fields.
-            return None
+        except jobs.LoadError as exc:
+            # A wrongly typed field: the job is Failed, with the field paths, from its
+            # kind, metadata and status alone (the same message as the reconciler's verdict).
+            skeleton = jobs.skeleton(view.job)
+            if skeleton is None:
+                return None
+            failed = (f"{skeleton.KIND}FailedValidation",
+                      f"{skeleton.KIND} {skeleton.name} failed validation because {exc}")
+            prepared = _Prepared(version, view.job, skeleton, failed, None)
+            self._prepared[id(view)] = prepared
+            return prepared
         report = validating.validate(job)
-        invalid = None if report.ok else (
+        # A job of another controller is not ours to judge (only the reconciler's
+        # verdict on an update that handed it over counts, see statuses.compute).
+        invalid = None if report.ok or statuses.is_managed_externally(job) else (
             f"{job.KIND}FailedValidation",
             f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
         )

@@ -305,3 +305,25 @@ def load(document: Any) -> Job:
         raise LoadError(
             [(_field_path(tuple(err["loc"])), err["msg"]) for err in exc.errors()]
         ) from None
+
+
+def skeleton(document: Any) -> Job | None:
+    """The job's kind, metadata and status with an empty spec: enough to report on a
+    job that does not :func:`load` (a wrongly typed field) with a status of its own.
+    None when not even those load."""
+    if not isinstance(document, dict) or document.get("kind") not in KINDS:
+        return None
+    cls = KINDS[str(document["kind"])]
+    try:
+        metadata = common.ObjectMeta.model_validate(document.get("metadata") or {})
+    except pydantic.ValidationError:
+        return None
+    status = None
+    if isinstance(document.get("status"), dict):
+        try:
+            status = common.JobStatus.model_validate(document["status"])
+        except pydantic.ValidationError:
+            status = None  # a status that does not load is written afresh
+    spec_type = cls.model_fields["spec"].annotation
+    assert isinstance(spec_type, type) and issubclass(spec_type, JobSpec)
+    return cls(metadata=metadata, spec=spec_type(), status=status)
