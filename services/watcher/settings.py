@@ -62,6 +62,10 @@ class WatcherSettings:
     """Seconds one watch request stays open before it is renewed (from the last
     resourceVersion, without a relist)."""
 
+    discovery_interval: float = 30.0
+    """Seconds between two looks at a kind the cluster may not serve (a PodGroup
+    kind whose CRD is not installed): listing it is tried again this often."""
+
     def __post_init__(self) -> None:
         if not self.cluster or "/" in self.cluster or self.cluster != self.cluster.strip():
             raise ValueError(f"cluster name {self.cluster!r} must be non-empty, without '/' or spaces")

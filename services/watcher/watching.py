@@ -3,8 +3,9 @@
 In: a :class:`~shared.kube.clients.KubeClient` for the cluster, a
 :class:`~shared.bus.producing.Publisher`, :class:`~services.watcher.settings.WatcherSettings`.
 Out: one :class:`~shared.bus.records.Observation` on the jobs topic per change of
-a job (the six kubeflow.org/v1 kinds) or of a pod, Service or ConfigMap that
-carries the ``training.kubeflow.org/job-name`` label, keyed by the job key.
+a job (the six kubeflow.org/v1 kinds), of a pod, Service or ConfigMap that
+carries the ``training.kubeflow.org/job-name`` label, or of a PodGroup a job
+owns (where the cluster serves PodGroups), keyed by the job key.
 
 Per resource type: list, then watch from the list's resourceVersion; BOOKMARKs
 move the resourceVersion on; a broken connection resumes from the last
@@ -50,11 +51,19 @@ TRACEPARENT_ANNOTATION = "kto.dev/traceparent"
 CHILD_SELECTOR = mapping.LABEL_JOB_NAME
 """Server-side label selector of the children watched: the job-name label exists."""
 
+OPTIONAL_TYPES: tuple[resources.ResourceType, ...] = (resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS)
+"""Children of gang-scheduled jobs, served only where Volcano or scheduler-plugins
+installed their CRDs: a 404 on listing one is not an error (logged once, looked
+at again every ``discovery_interval``). PodGroups carry no job-name label
+(upstream sets none): they are listed unselected and mapped to their job by the
+controller ownerReference."""
+
 CHILD_TYPES: tuple[resources.ResourceType, ...] = (
     resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
     resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
+    *OPTIONAL_TYPES,
 )
-"""Kinds of children watched (label-selected)."""
+"""Kinds of children watched (label-selected, except the PodGroups)."""
 
 WATCHED_TYPES: tuple[resources.ResourceType, ...] = (*resources.JOB_TYPES.values(), *CHILD_TYPES)
 """Everything one watcher lists and watches."""
@@ -63,9 +72,17 @@ SOURCE = "watcher"
 """The ``source`` of every record the watcher publishes."""
 
 
+def slot(kind: str, api_version: str = "") -> str:
+    """The inventory slot of a kind: the kind, except for the two PodGroup kinds,
+    which share a kind name but not a group (``PodGroup.<group>``)."""
+    if kind != "PodGroup":
+        return kind
+    return f"{kind}.{api_version.partition('/')[0]}"
+
+
 def selector_for(rt: resources.ResourceType) -> str | None:
-    """The server-side label selector of a watched type (None for the job kinds)."""
-    return None if rt.kind in resources.JOB_TYPES else CHILD_SELECTOR
+    """The server-side label selector of a watched type (None for the job kinds and PodGroups)."""
+    return None if rt.kind in resources.JOB_TYPES or rt in OPTIONAL_TYPES else CHILD_SELECTOR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +163,7 @@ MAX_UNCONFIRMED = 2048
 class _Pending:
     sent: asyncio.Future[producing.Sent]
     kind: str
+    """The inventory slot (:func:`slot`)."""
     ident: ObjectId
     resource_version: str
     event: str
@@ -159,7 +177,8 @@ class _Cursor:
 
 
 def _reconnecting(rt: resources.ResourceType) -> tenacity.AsyncRetrying:
-    """Retry a list or watch of ``rt`` forever on API errors, with capped backoff."""
+    """Retry a list or watch of ``rt`` forever on API errors, with capped backoff
+    (except a 404 of an optional kind: not served, see :data:`OPTIONAL_TYPES`)."""
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
@@ -168,7 +187,9 @@ def _reconnecting(rt: resources.ResourceType) -> tenacity.AsyncRetrying:
                     rt.plural, state.attempt_number, wait, error)
 
     return tenacity.AsyncRetrying(
-        retry=tenacity.retry_if_exception_type(clients.ApiError),
+        retry=tenacity.retry_if_exception(
+            lambda exc: isinstance(exc, clients.ApiError) and not (exc.not_found and rt in OPTIONAL_TYPES)
+        ),
         wait=tenacity.wait_exponential(multiplier=0.2, max=30.0) + tenacity.wait_random(0, 0.2),
         stop=tenacity.stop_never,
         before_sleep=before_sleep,
@@ -201,14 +222,28 @@ class Watcher:
                 group.create_task(self._watch(rt), name=f"watch {rt.plural} of {self._settings.cluster}")
 
     async def _watch(self, rt: resources.ResourceType) -> None:
-        cursor = _Cursor()
-        async for attempt in _reconnecting(rt):
-            with attempt:
-                cursor.resource_version = await self._relist(rt, full=True)
-        while True:  # one watch request per turn; ends when the server closes it
-            async for attempt in _reconnecting(rt):
-                with attempt:
-                    await self._stream(rt, cursor)
+        missing = False
+        while True:
+            cursor = _Cursor()
+            try:
+                async for attempt in _reconnecting(rt):
+                    with attempt:
+                        cursor.resource_version = await self._relist(rt, full=True)
+                if missing:
+                    log.info("%s.%s is served now; watching it", rt.plural, rt.group)
+                    missing = False
+                while True:  # one watch request per turn; ends when the server closes it
+                    async for attempt in _reconnecting(rt):
+                        with attempt:
+                            await self._stream(rt, cursor)
+            except clients.ApiError as exc:
+                if not (exc.not_found and rt in OPTIONAL_TYPES):
+                    raise
+                if not missing:
+                    log.info("%s.%s is not served by this cluster (its CRD is not installed); "
+                             "looking again every %gs", rt.plural, rt.group, self._settings.discovery_interval)
+                    missing = True
+                await asyncio.sleep(self._settings.discovery_interval)
 
     async def _stream(self, rt: resources.ResourceType, cursor: _Cursor) -> None:
         """One watch request from the cursor; a 410 relists and moves the cursor."""
@@ -244,7 +279,7 @@ class Watcher:
         Returns the list's resourceVersion.
         """
         items, version = await self._client.list(rt, self._settings.namespace, selector_for(rt))
-        known = self.inventory.of(rt.kind)
+        known = self.inventory.of(slot(rt.kind, rt.api_version))
         seen: set[ObjectId] = set()
         counts = {"ADDED": 0, "MODIFIED": 0, "RESYNCED": 0, "DELETED": 0}
         for obj in items:
@@ -279,7 +314,7 @@ class Watcher:
                              ident: ObjectId, old: Known) -> None:
         if old.key is not None:
             await self.publish(event, rt.kind, old.object, old.key)
-        self.inventory.of(rt.kind).pop(ident, None)
+        self.inventory.of(slot(rt.kind, rt.api_version)).pop(ident, None)
 
     async def _observe(self, rt: resources.ResourceType, event: str, obj: dict[str, Any]) -> None:
         """Publish one watch event (or relist finding) and remember it."""
@@ -289,7 +324,7 @@ class Watcher:
         meta = _meta(obj)
         ident = _ident(obj)
         version = str(meta.get("resourceVersion") or "")
-        known = self.inventory.of(rt.kind)
+        known = self.inventory.of(slot(rt.kind, rt.api_version))
         old = known.get(ident)
         if event in ("ADDED", "MODIFIED") and old is not None and old.resource_version == version:
             return  # already published (e.g. by the list this watch started from)
@@ -360,8 +395,9 @@ class Watcher:
             },
         ):
             sent = await self._publisher.submit(record)
-        known = self.inventory.of(kind).get(_ident(obj)) if event == "DELETED" else None
-        pending = _Pending(sent, kind, _ident(obj), version, event, known)
+        kind_slot = slot(kind, str(obj.get("apiVersion") or ""))
+        known = self.inventory.of(kind_slot).get(_ident(obj)) if event == "DELETED" else None
+        pending = _Pending(sent, kind_slot, _ident(obj), version, event, known)
         sent.add_done_callback(lambda _: self._forget_unsent(pending))
         await self._unconfirmed.put(pending)
 

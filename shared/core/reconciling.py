@@ -174,13 +174,24 @@ def decide(
     now: dt.datetime,
     settings: OperatorSettings,
     verdict: statuses.Verdict | None = None,
+    old: jobs.Job | None = None,
 ) -> Decision:
-    """The reconcile decision for ``job`` given everything observed about it."""
+    """The reconcile decision for ``job`` given everything observed about it.
+
+    ``old``: the version of the job the previous decision was made on, when the
+    job was updated since; the update is validated against it (§3.2 C7
+    ``managedBy`` and §3.5 ``queue`` are immutable). kto has no admission
+    webhook, so an update that breaks those rules is already stored: the job
+    fails validation instead — also one that handed the job over to another
+    controller, whose pods would otherwise be left running unowned."""
     decision = Decision()
-    if job.metadata.deletion_timestamp is not None or statuses.is_managed_externally(job):
+    if job.metadata.deletion_timestamp is not None:
+        return decision
+    external = statuses.is_managed_externally(job)
+    if verdict is None and external and (old is None or statuses.is_managed_externally(old)):
         return decision
     if verdict is None:
-        report = validating.validate(job)
+        report = validating.validate(job, old)
         if not report.ok:
             decision.verdict = statuses.Verdict(
                 f"{job.KIND}FailedValidation",

@@ -137,16 +137,19 @@ def compute(
     ``job`` must be defaulted; ``pods`` are the job's pods (controller owner = the job).
     """
     stored = job.status or common.JobStatus()
-    if is_managed_externally(job):
+    kind, name = job.KIND, job.name
+    invalid = verdict is not None and verdict.reason == f"{kind}FailedValidation"
+    if is_managed_externally(job) and not invalid:
+        # A validation verdict still counts: an update that handed the job over
+        # to another controller breaks managedBy's immutability (reconciling.decide).
         return Outcome(stored.model_copy(deep=True), [])
     status = stored.model_copy(deep=True)
     events: list[Event] = []
-    kind, name = job.KIND, job.name
     if conditions.find(status, conditions.CREATED) is None:
         conditions.set_condition(
             status, conditions.CREATED, "True", f"{kind}Created", f"{kind} {name} is created.", now
         )
-    if verdict is not None and verdict.reason == f"{kind}FailedValidation":
+    if verdict is not None and invalid:
         if status.completion_time is None:
             status.completion_time = now
         if conditions.set_condition(status, conditions.FAILED, "True", verdict.reason, verdict.message, now):
@@ -158,13 +161,13 @@ def compute(
             for replica in (status.replica_statuses or {}).values():
                 if replica.active:
                     replica.succeeded = (replica.succeeded or 0) + replica.active
-                    replica.active = None
+                    _clear_active(replica)
         return Outcome(status, events)
 
     if job.run_policy.suspend:
         for replica in (status.replica_statuses or {}).values():
             if replica.active:
-                replica.active = None
+                _clear_active(replica)
         message = f"{kind} {name} is suspended."
         if conditions.is_true(status, conditions.RUNNING):
             conditions.set_condition(status, conditions.RUNNING, "False", f"{kind}Suspended", message, now)
@@ -210,8 +213,15 @@ def compute(
         for replica in status.replica_statuses.values():
             if replica.active:
                 replica.succeeded = (replica.succeeded or 0) + replica.active
-                replica.active = None
+                _clear_active(replica)
     return Outcome(status, events)
+
+
+def _clear_active(replica: common.ReplicaStatus) -> None:
+    """``active`` back to absent (upstream's 0 with ``omitempty``): set to None it
+    would be written as ``null``, which the CRD schema rejects (integer)."""
+    replica.active = None
+    replica.model_fields_set.discard("active")
 
 
 def differs(old: common.JobStatus | None, new: common.JobStatus) -> bool:

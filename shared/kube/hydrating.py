@@ -19,8 +19,11 @@ MPI_APP_TYPES = (resources.CONFIGMAPS, resources.SERVICEACCOUNTS, resources.ROLE
 """MPIJob children that upstream labels only with ``app: <job>``."""
 
 
-def child_types(kind: str, pods_only: bool = False) -> list[tuple[resources.ResourceType, str]]:
-    """(resource type, label key) pairs to list for a job of ``kind``."""
+def child_types(
+    kind: str, pods_only: bool = False, podgroups: resources.ResourceType | None = None,
+) -> list[tuple[resources.ResourceType, str]]:
+    """(resource type, label key) pairs to list for a job of ``kind`` (label key
+    "": read by the job's name); ``podgroups``: the PodGroup kind of gang mode."""
     if pods_only:
         return [(resources.PODS, JOB_NAME_LABEL)]
     types = [(resources.PODS, JOB_NAME_LABEL)]
@@ -30,20 +33,24 @@ def child_types(kind: str, pods_only: bool = False) -> list[tuple[resources.Reso
         types.append((resources.SERVICES, JOB_NAME_LABEL))
     if kind == "PyTorchJob":
         types.append((resources.HPAS, ""))
+    if podgroups is not None:
+        types.append((podgroups, ""))  # named like the job, without labels (as upstream)
     return types
 
 
 async def hydrate(
     client: clients.KubeClient, kind: str, namespace: str, name: str, pods_only: bool = False,
+    podgroups: resources.ResourceType | None = None,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The job and its children, read fresh from the API server: the GET of the job
     and the LISTs of its children go out at once (the LISTs select by the job's
     name, which is known before the job is read); children of a job that is
-    gone are dropped."""
+    gone are dropped. In gang mode ``podgroups`` is the PodGroup kind, read by
+    the job's name (a 404, also for a kind the cluster does not serve, is none)."""
     job_type = resources.JOB_TYPES[kind]
     results = await asyncio.gather(
         _job(client, job_type, namespace, name),
-        *(_children(client, rt, label, namespace, name) for rt, label in child_types(kind, pods_only)),
+        *(_children(client, rt, label, namespace, name) for rt, label in child_types(kind, pods_only, podgroups)),
     )
     job = results[0]
     if job is None:
@@ -68,7 +75,7 @@ async def _children(
     client: clients.KubeClient, rt: resources.ResourceType, label: str, namespace: str, name: str,
 ) -> list[dict[str, Any]]:
     """The job's children of one type: a label-selected LIST, or a GET by the job's
-    name for a type without the label (the elastic HPA)."""
+    name for a type without the label (the elastic HPA, the PodGroup)."""
     if label:
         items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
         return items
