@@ -291,7 +291,7 @@ def load(document: Any) -> Job:
         errors.append(("apiVersion", f"Unsupported value: {api_version!r}: supported values: {API_VERSION!r}"))
     if not kind:
         errors.append(("kind", "Required value"))
-    elif kind not in KINDS:
+    elif not isinstance(kind, str) or kind not in KINDS:
         supported = ", ".join(repr(k) for k in KINDS)
         errors.append(("kind", f"Unsupported value: {kind!r}: supported values: {supported}"))
     if errors:
@@ -311,9 +311,10 @@ def skeleton(document: Any) -> Job | None:
     """The job's kind, metadata and status with an empty spec: enough to report on a
     job that does not :func:`load` (a wrongly typed field) with a status of its own.
     None when not even those load."""
-    if not isinstance(document, dict) or document.get("kind") not in KINDS:
+    kind = document.get("kind") if isinstance(document, dict) else None
+    if not isinstance(kind, str) or kind not in KINDS:
         return None
-    cls = KINDS[str(document["kind"])]
+    cls = KINDS[kind]
     try:
         metadata = common.ObjectMeta.model_validate(document.get("metadata") or {})
     except pydantic.ValidationError:

@@ -312,12 +312,12 @@ def fit(record: Observation | Decision) -> bytes:
     """``record`` encoded; one too large or too deep to encode loses its bulk instead:
     an Observation carries a stand-in of its object (see :attr:`Observation.omitted`),
     a Decision a shortened message and no detail."""
-    why = ""
+    why = _unreadable(record.object if isinstance(record, Observation) else record.detail)
     try:
-        data = _dump(record)
-    except Exception as exc:  # pydantic refuses values nested over 255 levels
+        data = b"" if why else _dump(record)
+    except Exception as exc:  # e.g. a value pydantic cannot serialise
         why = f"the object cannot be encoded ({_short(exc)})"
-    else:
+    if not why:
         if len(data) <= MAX_RECORD_BYTES:
             return data
         why = f"the record would be {len(data)} bytes, more than the limit of {MAX_RECORD_BYTES}"
@@ -339,6 +339,8 @@ def fit(record: Observation | Decision) -> bytes:
     reason = f"{why}; the object is on the API server"
     for attempt in (stand_in, {**stand_in, "status": {}, "metadata": {
             k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if isinstance(meta.get(k), str)}}):
+        if _unreadable(attempt):
+            continue
         try:
             data = record.model_copy(
                 update={"object": attempt, "omitted": reason, "redacted": []}).model_dump_json().encode()
@@ -348,6 +350,31 @@ def fit(record: Observation | Decision) -> bytes:
             return data
     bare = {k: v for k, v in stand_in.items() if k in ("apiVersion", "kind")}
     return record.model_copy(update={"object": bare, "omitted": reason, "redacted": []}).model_dump_json().encode()
+
+
+_MAX_INT_BITS = 14_000
+"""Integers longer than this (about 4,200 digits) could not be read back (Python's
+limit on converting digits is 4,300)."""
+
+
+def _unreadable(value: Any) -> str:
+    """Why :func:`decode` would refuse ``value`` inside a record (too deep, an integer
+    too long), or "". Iterative: any depth is measured."""
+    stack: list[tuple[Any, int]] = [(value, 1)]  # the object is one level below the record
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            if isinstance(node, int) and node.bit_length() > _MAX_INT_BITS:
+                return "the object holds an integer of more than 4,200 digits"
+            continue
+        if depth > MAX_RECORD_DEPTH:
+            return f"the object is nested more than {MAX_RECORD_DEPTH} levels deep"
+        stack.extend((child, depth + 1) for child in children)
+    return ""
 
 
 def _short(exc: BaseException) -> str:
