@@ -592,11 +592,15 @@ class Stack:
         raise StackError(f"no child called {name}")
 
     def kill(self, name: str) -> None:
-        """SIGKILL a child's process group at once (a crash); it is not reported by ``exits()``."""
+        """SIGKILL a child's process group and everything it started, at once (a crash); it is not
+        reported by ``exits()``."""
         child = self.child(name)
         child.reported = True
+        child.remember()
         if child.process is not None and child.process.returncode is None:
             _signal_group(child.process.pid, signal.SIGKILL)
+        for pid in child.pids():  # what it started in sessions of their own (Kafka's JVM) dies with it
+            _signal_pid(pid, signal.SIGKILL)
 
     async def restart(self, name: str, *, wait_ready: bool = True) -> None:
         """Start a killed or ended child again with the same arguments (a broker on the same port);
