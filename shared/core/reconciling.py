@@ -197,6 +197,12 @@ def decide(
                 f"{job.KIND}FailedValidation",
                 f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
             )
+            # An update that failed validation (no child exists before a first
+            # valid pass): the job fails as by backoff or deadline, all its pods go.
+            invalid_owned = owned_children(job, children)
+            decision.deletes += _delete_pods_and_services(
+                _of_kind(invalid_owned, "Pod"), _of_kind(invalid_owned, "Service"), "failed")
+            decision.deletes += _children_to_drop(invalid_owned, frozenset({"PodGroup"}), "failed")
             return decision
     job = defaulting.set_defaults(job)
     owned = owned_children(job, children)
