@@ -278,6 +278,14 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
+def _shown(value: Any) -> str:
+    """A value for a message: a string quoted (and cut), anything else by its type
+    (the repr of a huge integer or of a deeply nested value raises)."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 100 else value[:100] + "…")
+    return f"a value of type {type(value).__name__}"
+
+
 def load(document: Any) -> Job:
     """Load one job document; raise ``LoadError`` naming every bad field."""
     if not isinstance(document, dict):
@@ -288,12 +296,12 @@ def load(document: Any) -> Job:
     if not api_version:
         errors.append(("apiVersion", "Required value"))
     elif api_version != API_VERSION:
-        errors.append(("apiVersion", f"Unsupported value: {api_version!r}: supported values: {API_VERSION!r}"))
+        errors.append(("apiVersion", f"Unsupported value: {_shown(api_version)}: supported values: {API_VERSION!r}"))
     if not kind:
         errors.append(("kind", "Required value"))
     elif not isinstance(kind, str) or kind not in KINDS:
         supported = ", ".join(repr(k) for k in KINDS)
-        errors.append(("kind", f"Unsupported value: {kind!r}: supported values: {supported}"))
+        errors.append(("kind", f"Unsupported value: {_shown(kind)}: supported values: {supported}"))
     if errors:
         raise LoadError(errors)
     cls = KINDS[str(kind)]
