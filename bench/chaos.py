@@ -162,7 +162,9 @@ def plan_jobs(rng: random.Random, count: int) -> list[PlannedJob]:
             kind, types = "PyTorchJob", REPLICA_TYPES["PyTorchJob"]
             flaky = {"sim.kto.dev/duration": "0.5s", "sim.kto.dev/exit-code": "137",
                      "sim.kto.dev/fail-times": "1" if case == "restart-within" else "9"}
-            replicas = {"Master": (1, "ExitCode", ok), "Worker": (1, "ExitCode", flaky)}
+            # The Master's end decides a PyTorchJob's success, so it outlives the Worker's failures.
+            master = {"sim.kto.dev/duration": "4s" if case == "restart-within" else "60s"}
+            replicas = {"Master": (1, "ExitCode", master), "Worker": (1, "ExitCode", flaky)}
             limit = 3 if case == "restart-within" else 1
             planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, backoffLimit=limit),
                                       "Succeeded" if case == "restart-within" else "Failed", 2))
