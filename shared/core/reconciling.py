@@ -97,7 +97,11 @@ def _name(manifest: Manifest) -> str:
 def _delete_pods_and_services(
     pods: Sequence[Manifest], services: Sequence[Manifest], reason: str, only_phases: tuple[str, ...] | None = None
 ) -> list[ChildRef]:
-    """§6.6: each chosen pod and the Service of the same name; objects already terminating are skipped."""
+    """§6.6: each chosen pod and the Service of the same name; objects already terminating are skipped.
+
+    The Service goes first: a worker killed between the two deletes leaves a pod,
+    which its successor chooses again (with its Service), never a Service whose
+    pod is gone, which no rule would choose any more."""
     by_name = {_name(s): s for s in services}
     refs: list[ChildRef] = []
     for pod in pods:
@@ -105,10 +109,10 @@ def _delete_pods_and_services(
             continue
         if only_phases is not None and passes.phase(pod) not in only_phases:
             continue
-        refs.append(ChildRef.of(pod, reason))
         service = by_name.get(_name(pod))
         if service is not None and not passes.is_deleting(service):
             refs.append(ChildRef.of(service, reason))
+        refs.append(ChildRef.of(pod, reason))
     return refs
 
 
