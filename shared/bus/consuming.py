@@ -72,6 +72,9 @@ revoked) means act now: a returned delay is then ignored."""
 MAX_COALESCED = 256
 """Records of one key taken in before its settle runs, however fast they come."""
 
+LOG_CHECK_INTERVAL = 1.0
+"""Seconds between checks that no position lies past its partition's log end."""
+
 MAX_ERROR_HEADER = 4000
 """Bytes of the error text kept in the ``kto-error`` header."""
 
@@ -231,6 +234,7 @@ class KeyedConsumer(lifecycle.Started):
         self._wakeups: dict[str, asyncio.Event] = {}
         """Per key whose settle asked for a delay: set when a record of it arrives or on stop/revoke."""
         self._group: asyncio.TaskGroup | None = None
+        self._next_log_check = 0.0
         self._stopping = asyncio.Event()
         self._commits_done = asyncio.Event()
         self._run_finished = asyncio.Event()
@@ -324,11 +328,49 @@ class KeyedConsumer(lifecycle.Started):
             async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
                 with attempt:
                     batch = await self._consumer.getmany(timeout_ms=200, max_records=500)
+            await self._check_log_ends()
             for messages in batch.values():
                 for message in messages:
                     if self._stopping.is_set():
                         return
                     await self._take(message)
+
+    async def _check_log_ends(self) -> None:
+        """A position past the partition's log end (the high watermark the last fetch
+        reported) means the broker lost the log: Tansu restarted empty, and the offset
+        this member or the group committed points into the old one. Fetching from there
+        would skip every record the new log gets below it, so the partition is read
+        again from the new log's beginning, and ``on_revoked`` is told its keys: what
+        the worker kept for them came from the lost log and is read afresh from the
+        cluster. A durable broker never shows this."""
+        now = asyncio.get_running_loop().time()
+        if now < self._next_log_check:
+            return
+        self._next_log_check = now + LOG_CHECK_INTERVAL
+        for tp, partition in list(self._partitions.items()):
+            if partition.revoked:
+                continue
+            highwater = self._consumer.highwater(tp)
+            if highwater is None:
+                continue
+            try:
+                position = await self._consumer.position(tp)
+            except kafka_errors.KafkaError:
+                continue  # a rebalance or outage under way: checked again later
+            if position <= highwater or self._partitions.get(tp) is not partition:
+                continue
+            log.warning("%s/%s: position %s is past the log end %s; the broker lost the log: "
+                        "reading the partition from its new beginning", tp.topic, tp.partition, position, highwater)
+            self._emit(events.LOG_LOST, topic=tp.topic, partition=tp.partition, position=position,
+                       log_end=highwater, group=self._group_id)
+            self._partitions[tp] = _Partition(tp)
+            self._consumer.seek(tp, 0)
+            lost = self._keys.pop(tp, set())
+            if lost and self._revoked_hook is not None:
+                try:
+                    self._revoked_hook(lost)
+                except Exception:
+                    log.exception("on_revoked failed for %d keys", len(lost))
 
     async def _take(self, message: Any) -> None:
         tp = TopicPartition(message.topic, message.partition)

@@ -30,6 +30,8 @@ COMMIT_DONE = "commit.done"
 COMMIT_ERROR = "commit.error"
 PARTITIONS_ASSIGNED = "partitions.assigned"
 PARTITIONS_REVOKED = "partitions.revoked"
+LOG_LOST = "partition.log_lost"
+"""A partition's log ends below this member's position: the broker lost it (Tansu restarted)."""
 
 
 @dataclasses.dataclass(frozen=True)
