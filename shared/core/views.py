@@ -2,8 +2,11 @@
 
 In: observations (object + event) in log order, hydration results, and the
 worker's own writes. Out: the latest job manifest and children. An object
-older (by resourceVersion) than what the view already holds is ignored, so a
-late record never rolls the view back. Pure: no I/O.
+older (by resourceVersion) than what the view already holds is ignored, whatever
+its uid, so a late record (of this incarnation or of a deleted one with the same
+name) never rolls the view back; a deletion removes only the incarnation it
+names. A record of the job that is older than the view asks for a re-read
+(``reread``): the API server, not a record, settles which is right. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -58,6 +61,11 @@ def relevant_state(obj: Manifest) -> tuple[Any, ...]:
     return (*common, status.get("phase"), containers)
 
 
+def _uid(obj: Manifest | None) -> str | None:
+    value = ((obj or {}).get("metadata") or {}).get("uid")
+    return None if value is None else str(value)
+
+
 def child_key(obj: Manifest) -> ChildKey:
     return (str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", "")))
 
@@ -74,22 +82,43 @@ class JobView:
     verdict: tuple[str, str] | None = None
     """(reason, message) of a failure decided for the job's current uid."""
     verdict_uid: str | None = None
+    confirmed: bool = False
+    """The job held was read from (or written to) the API server, not taken from a record."""
+    reread: bool = False
+    """A record of the job older than the one held came: read the job afresh before acting."""
 
     def observe_job(self, obj: Manifest, deleted: bool) -> None:
-        uid = (obj.get("metadata") or {}).get("uid")
+        """Take in an observation of the job. One older than the job held (by
+        resourceVersion, whatever its uid: a late record of a previous incarnation, or
+        a redelivered one) is not taken, and sets :attr:`reread`: if the view is
+        ahead of the cluster because a record lied about its version, only reading
+        the API server can tell."""
+        uid = _uid(obj)
         if deleted:
-            if self.job is None or (self.job.get("metadata") or {}).get("uid") == uid:
-                self.job, self.gone = None, True
+            if self.job is None or _uid(self.job) == uid:
+                self.job, self.gone, self.confirmed = None, True, False
                 self.children.clear()
             return
-        current_uid = ((self.job or {}).get("metadata") or {}).get("uid")
-        if self.job is not None and current_uid != uid:
+        if not newer_or_same(obj, self.job):
+            self.reread = True
+            return
+        if self.job is not None and _uid(self.job) != uid:
             # A new job with the same name: what was known of the old one is void.
             self.children.clear()
             self.verdict = None
-            self.job, self.gone = obj, False
-        elif newer_or_same(obj, self.job):
-            self.job, self.gone = obj, False
+        self.job, self.gone, self.confirmed = obj, False, False
+
+    def replace_job(self, obj: Manifest | None) -> None:
+        """The job as just read from (or written to) the API server: the truth,
+        whatever version the view held."""
+        if obj is None:
+            self.job, self.gone, self.confirmed = None, True, False
+            self.children.clear()
+            return
+        if self.job is not None and _uid(self.job) != _uid(obj):
+            self.children.clear()
+            self.verdict = None
+        self.job, self.gone, self.confirmed, self.reread = obj, False, True, False
 
     def observe_child(self, obj: Manifest, deleted: bool) -> bool:
         """Take in a child; True if what decisions and statuses look at changed
@@ -97,17 +126,17 @@ class JobView:
         key = child_key(obj)
         current = self.children.get(key)
         if deleted:
-            if current is None or (current.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid"):
+            if current is None or _uid(current) == _uid(obj):
                 return self.children.pop(key, None) is not None
             return False
-        if current is not None and (current.get("metadata") or {}).get("uid") != (obj.get("metadata") or {}).get("uid"):
-            # A re-created child with the same name: the newer object wins.
+        if not newer_or_same(obj, current):
+            return False  # older, whatever its uid: a late record of this or a previous incarnation
+        if current is not None and _uid(current) != _uid(obj):
+            # A re-created child with the same name: the newer incarnation wins.
             self.children[key] = obj
             return True
-        if newer_or_same(obj, current):
-            self.children[key] = obj
-            return current is None or relevant_state(obj) != relevant_state(current)
-        return False
+        self.children[key] = obj
+        return current is None or relevant_state(obj) != relevant_state(current)
 
     def set_verdict(self, uid: str | None, reason: str, message: str) -> None:
         self.verdict, self.verdict_uid = (reason, message), uid

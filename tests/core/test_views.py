@@ -70,3 +70,28 @@ def test_every_change_of_another_kind_of_child_matters() -> None:
     view.observe_child(config, deleted=False)
     edited = {**config, "metadata": {**config["metadata"], "resourceVersion": "2"}, "data": {"hostfile": "x"}}
     assert view.observe_child(edited, deleted=False) is True
+
+
+def test_a_late_record_of_a_previous_incarnation_never_replaces_or_removes_the_current_one() -> None:
+    view = views.JobView()
+    view.observe_child(pod(10, "Failed", uid="old"), deleted=False)
+    view.observe_child(pod(20, "Running", uid="new"), deleted=False)
+    assert view.observe_child(pod(12, "Failed", uid="old"), deleted=False) is False, "a late update of the old pod"
+    assert view.observe_child(pod(13, "Failed", uid="old"), deleted=True) is False, "a late deletion of the old pod"
+    assert view.children[("Pod", "pt-worker-0")]["metadata"]["uid"] == "new"
+
+
+def job(rv: int, uid: str = "job-1") -> dict[str, Any]:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "pt", "namespace": "ns", "uid": uid, "resourceVersion": str(rv)}}
+
+
+def test_a_job_record_older_than_the_view_asks_for_a_reread_and_the_api_server_wins() -> None:
+    view = views.JobView()
+    view.observe_job(job(10**9), deleted=False)  # a record that lies about its version
+    view.observe_job(job(30), deleted=False)
+    assert view.reread and view.job is not None and view.job["metadata"]["resourceVersion"] == str(10**9)
+    view.replace_job(job(31))
+    assert not view.reread and view.confirmed and view.job["metadata"]["resourceVersion"] == "31"
+    view.observe_job(job(5, uid="job-0"), deleted=False)
+    assert view.job["metadata"]["uid"] == "job-1", "a late record of a deleted job with the same name"
