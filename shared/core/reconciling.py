@@ -113,6 +113,10 @@ def _delete_pods_and_services(
         if service is not None and not passes.is_deleting(service):
             refs.append(ChildRef.of(service, reason))
         refs.append(ChildRef.of(pod, reason))
+    # Level-triggered: a Service whose pod is gone or going (deleted by an earlier
+    # pass cut short, by a restart, or by hand) is left over all the same.
+    live = {_name(p) for p in pods if not passes.is_deleting(p)}
+    refs += [ChildRef.of(s, reason) for s in services if _name(s) not in live and not passes.is_deleting(s)]
     return refs
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.api import jobs
+from shared.api import common, jobs
 from shared.core import reconciling
 from shared.core.settings import OperatorSettings
 from tests.core.test_backoff import owned
@@ -59,3 +59,16 @@ def test_a_replicas_service_is_deleted_before_its_pod() -> None:
         ("Service", "test-job-worker-0"), ("Pod", "test-job-worker-0"),
         ("Service", "test-job-worker-1"), ("Pod", "test-job-worker-1"),
     ]
+
+
+@pytest.mark.parametrize("policy", ["All", "Running"])
+def test_a_finished_jobs_service_whose_pod_is_gone_or_going_is_deleted_all_the_same(policy: str) -> None:
+    job = make_job("TFJob", {"Worker": (2, "Never")}, runPolicy={"cleanPodPolicy": policy})
+    job.status = common.JobStatus(conditions=[common.JobCondition(type="Succeeded", status="True")])
+    going = make_pod(job, "Worker", 0, "Running")
+    going["metadata"]["deletionTimestamp"] = "2024-01-01T12:00:00Z"
+    gone = make_pod(job, "Worker", 1, "Running")
+    services = [service_of(job, going), service_of(job, gone)]
+    decision = reconciling.decide(job, owned(job, [going]) + services, NOW, OperatorSettings())
+    assert sorted((d.kind, d.name) for d in decision.deletes) == [
+        ("Service", "test-job-worker-0"), ("Service", "test-job-worker-1")]
