@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
 WANTED_DECISIONS = VERDICT_ACTIONS | {"timer_fired", "job_check_due"}
+CONFLICT_RETRY_AFTER = 0.5
+"""Seconds before a key whose API write met 409 Conflict is read afresh and settled again."""
 CONCURRENT_KINDS = frozenset({"Pod", "Service"})
 """Children created concurrently; the others are created first, one by one, in plan order."""
 
@@ -46,8 +48,9 @@ class Reconciler:
         self._clusters = clusters
         self._publisher = publisher
         self._views: dict[str, views.JobView] = {}
-        self._deleted: dict[tuple[str, views.ChildKey], float] = {}
-        """(job key, child) → loop time this worker deleted it; it counts as going away until grace ends."""
+        self._deleted: dict[tuple[str, views.ChildKey], tuple[str | None, float]] = {}
+        """(job key, child) → (uid, loop time) of the incarnation this worker deleted; that
+        incarnation counts as going away until its DELETED comes or grace ends."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._job_seen: dict[str, float] = {}
@@ -88,7 +91,7 @@ class Reconciler:
                 return True
             return record.action == "timer_fired"
         if record.event == "DELETED":
-            self._deleted.pop((record.key, views.child_key(record.object)), None)
+            self._deletion_seen(record.key, record.object)
         if record.object_kind in jobs.KINDS:
             self._job_seen[record.key] = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
@@ -100,12 +103,37 @@ class Reconciler:
         # A pod being scheduled or getting an IP changes no decision: no reconcile for it.
         return view.observe_child(record.object, record.event == "DELETED") or not view.hydrated
 
-    async def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> None:
-        """Reconcile the key once for every record taken in since its last settle."""
+    def _deletion_seen(self, job_key: str, obj: dict[str, Any]) -> None:
+        """A DELETED observation ends the going-away of the incarnation it names only:
+        a late one of a previous incarnation leaves the current one's mark alone."""
+        entry = (job_key, views.child_key(obj))
+        marked = self._deleted.get(entry)
+        uid = (obj.get("metadata") or {}).get("uid")
+        if marked is not None and (marked[0] is None or uid is None or marked[0] == str(uid)):
+            del self._deleted[entry]
+
+    async def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> float | None:
+        """Reconcile the key once for every record taken in since its last settle.
+        A 409 Conflict is the API server saying the view was stale: the key is read
+        afresh and settled again shortly (its records stay held), never dead-lettered."""
+        view = self._views.get(job_key)
+        try:
+            await self._settle(job_key)
+        except clients.ApiError as exc:
+            if not exc.conflict or view is None:
+                raise
+            log.info("%s: %s; reading it afresh and trying again", job_key, exc)
+            view.hydrated = False
+            return CONFLICT_RETRY_AFTER
+        return None
+
+    async def _settle(self, job_key: str) -> None:
         key = records.JobKey.parse(job_key)
         view = self._views.get(job_key)
         if view is None:
             return
+        if view.reread:
+            view.hydrated = False  # a record older than the view: the API server settles it
         if view.gone:
             self._forget(job_key)  # its DELETED observation was the last word
             return
@@ -162,9 +190,9 @@ class Reconciler:
             client, key.kind, key.namespace, key.name, podgroups=self._podgroups,
         )
         if job is None:
-            view.job, view.gone = None, True
+            view.replace_job(None)
         else:
-            view.observe_job(job, deleted=False)
+            view.replace_job(job)
             for child in children:
                 view.observe_child(child, deleted=False)
             self._job_seen[str(key)] = asyncio.get_running_loop().time()
@@ -192,8 +220,10 @@ class Reconciler:
         loop_time = asyncio.get_running_loop().time()
         result = []
         for child_key, child in view.children.items():
-            deleted_at = self._deleted.get((job_key, child_key))
-            if deleted_at is not None and loop_time - deleted_at < self._settings.delete_grace:
+            marked = self._deleted.get((job_key, child_key))
+            uid = (child.get("metadata") or {}).get("uid")
+            if (marked is not None and (marked[0] is None or uid is None or marked[0] == str(uid))
+                    and loop_time - marked[1] < self._settings.delete_grace):
                 meta = dict(child.get("metadata") or {})
                 meta.setdefault("deletionTimestamp", "deleted-by-kto")
                 child = {**child, "metadata": meta}
@@ -311,7 +341,7 @@ class Reconciler:
             if exc.already_exists:
                 view.observe_child({**manifest, "apiVersion": rt.api_version, "kind": rt.kind}, deleted=False)
                 return
-            if exc.retriable:
+            if exc.retriable or exc.conflict:
                 raise
             await self._decide(
                 key, view, "child_create_failed", child_kind=rt.kind, child_name=name,
@@ -346,9 +376,9 @@ class Reconciler:
         try:
             await client.delete(rt, ref.namespace or key.namespace, ref.name, uid=ref.uid)
         except clients.ApiError as exc:
-            if not (exc.not_found or exc.conflict):
-                raise
-        self._deleted[(str(key), (ref.kind, ref.name))] = asyncio.get_running_loop().time()
+            if not exc.not_found:
+                raise  # a conflict (another uid, or a stale view): settle reads afresh and decides again
+        self._deleted[(str(key), (ref.kind, ref.name))] = (ref.uid, asyncio.get_running_loop().time())
         action = "replica_restarted" if ref.reason == "restart" else "child_deleted"
         await self._decide(key, view, action, child_kind=ref.kind, child_name=ref.name, reason=ref.reason)
 

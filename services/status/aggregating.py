@@ -28,6 +28,8 @@ from services.status.settings import StatusSettings
 log = logging.getLogger(__name__)
 
 VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
+CONFLICT_RETRY_AFTER = 0.5
+"""Seconds before a status write that kept meeting 409 Conflict is tried again, read afresh."""
 
 
 @dataclasses.dataclass
@@ -120,10 +122,12 @@ class StatusAggregator:
             return None
         key = records.JobKey.parse(job_key)
         client = await self._clusters.get(key.cluster)
+        if view.reread:
+            view.hydrated = False  # a record older than the view: the API server settles it
         if not view.hydrated:
             job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
             if job is not None:
-                view.observe_job(job, deleted=False)
+                view.replace_job(job)
                 for pod in pods:
                     view.observe_child(pod, deleted=False)
             view.hydrated = True
@@ -138,7 +142,17 @@ class StatusAggregator:
             if computed is None or not statuses.differs(computed[0].status, computed[1].status):
                 return None
             return wait
-        if await self._write(client, key, view):
+        try:
+            written = await self._write(client, key, view)
+        except clients.ApiError as exc:
+            if not exc.conflict:
+                raise
+            # Optimistic concurrency at work, not an error: read afresh, try again
+            # shortly (the records stay held), never dead-letter.
+            log.info("%s: %s; reading it afresh and trying again", job_key, exc)
+            view.hydrated = False
+            return CONFLICT_RETRY_AFTER
+        if written:
             pace.last_write = self._clock()
         return None
 
@@ -226,11 +240,11 @@ class StatusAggregator:
                 fresh, _ = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
                 if fresh is None:
                     return False
-                view.observe_job(fresh, deleted=False)
+                view.replace_job(fresh)
                 continue
             written.setdefault("apiVersion", jobs.API_VERSION)
             written.setdefault("kind", key.kind)
-            view.observe_job(written, deleted=False)
+            view.replace_job(written)
             await self._announce(client, key, job, outcome, written)
             return True
         raise clients.ApiError(409, "Conflict", f"status of {key}: still conflicting after retries")

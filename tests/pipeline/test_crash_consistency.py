@@ -1,0 +1,76 @@
+"""Issue 10, crash consistency: conflicts are re-read and retried, never dead-lettered; a late
+DELETED of a previous incarnation leaves the current one's bookkeeping alone; a record lying about
+a job's resourceVersion never freezes it (the API server is the truth)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import pathlib
+from typing import Any
+
+import pytest
+
+from services.reconciler import reconciling as reconciler_module
+from services.reconciler.settings import ReconcilerSettings
+from shared.bus import producing, records
+from tests.bus.test_consuming import read_topic
+from tests.fixtures.pipeline import Pipeline
+from tests.pipeline.test_pipeline import job
+
+
+async def test_status_writes_meeting_409_conflicts_are_read_again_and_retried_never_dead_lettered(
+    pipeline: Pipeline,
+) -> None:
+    if pipeline.tier != "sim":
+        pytest.skip("needs fault injection (409 Conflict on every update), which only the sim has")
+    manifest = job("JAXJob", "conflicted", {"Worker": (2, "Never")}, "jax")
+    # Every update of the job (its /status included) answers 409 for a while: far more than the
+    # status worker's conflict_attempts in a row.
+    pipeline.cluster.faults.set("conflict_rate=1;resources=jaxjobs.kubeflow.org")
+    await pipeline.submit(manifest)
+    await asyncio.sleep(4.0)
+    pipeline.cluster.faults.set("")
+    await pipeline.wait_for("JAXJob", "conflicted", "Succeeded", timeout=60)
+    dead = await read_topic(pipeline.kafka, pipeline.kafka.dlq_topic)
+    assert dead == [], "a conflict is never dead-lettered"
+
+
+def pod(uid: str, rv: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "j-worker-0", "namespace": "ns", "uid": uid, "resourceVersion": str(rv)},
+            "status": {"phase": "Failed"}}
+
+
+async def test_a_late_deleted_of_a_previous_incarnation_keeps_the_current_one_going_away(tmp_path: pathlib.Path) -> None:
+    # Only the bookkeeping is exercised: no cluster or broker call is made.
+    settings = ReconcilerSettings(kubeconfig=tmp_path / "none", instance="r")
+    reconciler = reconciler_module.Reconciler(settings, None, None)  # type: ignore[arg-type]
+    job_key = "c/ns/JAXJob/j"
+    view = reconciler._views.setdefault(job_key, reconciler_module.views.JobView())
+    view.observe_child(pod("second", 20), deleted=False)
+    # The worker deleted the second incarnation for a restart ...
+    reconciler._deleted[(job_key, ("Pod", "j-worker-0"))] = ("second", asyncio.get_running_loop().time())
+    # ... and then a DELETED of the first one comes late (a redelivery, a relist).
+    reconciler._deletion_seen(job_key, pod("first", 10))
+    [child] = reconciler._children(job_key, view)
+    assert child["metadata"].get("deletionTimestamp"), "still counted as going away: no second restart"
+    reconciler._deletion_seen(job_key, pod("second", 21))
+    [child] = reconciler._children(job_key, view)
+    assert not child["metadata"].get("deletionTimestamp")
+
+
+async def test_a_record_with_a_forged_resource_version_does_not_freeze_a_live_job(pipeline: Pipeline) -> None:
+    manifest = job("JAXJob", "forged-rv", {"Worker": (2, "Never")}, "jax")
+    manifest["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "4s"
+    created = await pipeline.submit(manifest)
+    stale = copy.deepcopy(created)
+    stale["metadata"]["resourceVersion"] = str(10**15)  # ahead of anything the API server will say
+    stale["apiVersion"], stale["kind"] = "kubeflow.org/v1", "JAXJob"
+    async with producing.Publisher(pipeline.kafka, "test", "forger") as publisher:
+        await publisher.publish(records.Observation(
+            key=pipeline.key("JAXJob", "forged-rv"), resource_version=str(10**15), object_kind="JAXJob",
+            event="MODIFIED", object=stale, source="watcher"))
+    await pipeline.wait_for("JAXJob", "forged-rv", "Succeeded", timeout=60)
+    dead = await read_topic(pipeline.kafka, pipeline.kafka.dlq_topic)
+    assert dead == []
