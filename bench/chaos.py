@@ -483,10 +483,25 @@ async def _check_jobs(client: clients.KubeClient, planned: list[PlannedJob], vio
         if _reached(job):
             continue
         if job.final is None:
-            violations["jobs_lost"].append(f"{job.kind}/{job.name} ({job.case}) never reached {job.expect}")
+            violations["jobs_lost"].append(
+                f"{job.kind}/{job.name} ({job.case}) never reached {job.expect}: {await _describe(client, job)}")
         else:
             violations["wrong_terminal_states"].append(
                 f"{job.kind}/{job.name} ({job.case}) ended {job.final}, expected {job.expect}")
+
+
+async def _describe(client: clients.KubeClient, job: PlannedJob) -> str:
+    """The job's last conditions, restarts and pods, for a violation's message."""
+    try:
+        obj = await client.get(resources.JOB_TYPES[job.kind], NAMESPACE, job.name)
+        pods, _ = await client.list(resources.PODS, NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={job.name}")
+    except clients.ApiError as exc:
+        return f"unreadable: {exc}"
+    conditions = [f"{c.get('type')}={c.get('status')}({c.get('reason')})"
+                  for c in (obj.get("status") or {}).get("conditions") or []]
+    restarts = (obj["metadata"].get("annotations") or {}).get("kto.dev/replica-restarts")
+    phases = [f"{p['metadata']['name']}:{(p.get('status') or {}).get('phase')}" for p in pods]
+    return f"conditions {conditions}, restarts {restarts}, pods {phases}"
 
 
 async def _check_children(client: clients.KubeClient, planned: list[PlannedJob],
