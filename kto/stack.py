@@ -186,6 +186,11 @@ def _start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def alive(pids: set[int]) -> set[int]:
+    """The pids among ``pids`` still running (zombies count as gone)."""
+    return {pid for pid in pids if _start_time(pid) is not None}
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process so far (0 if it is gone), from /proc."""
     try:

@@ -24,13 +24,12 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import time
 import uuid
 from typing import IO
 
-from realparts import caching
+from realparts import caching, ports
 from shared.bus import broker as bus_broker
 from shared.bus import errors, lifecycle
 from shared.bus.settings import KafkaSettings
@@ -130,24 +129,6 @@ def _build(directory: pathlib.Path) -> None:
 def _tail(text: str, lines: int = _LOG_TAIL_LINES) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(no output)"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _port_free(port: int) -> bool:
-    """True if a listener could bind 127.0.0.1:port now (as Kafka does: SO_REUSEADDR)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def _cluster_id() -> str:
@@ -259,7 +240,7 @@ class KafkaBroker(lifecycle.Started):
         attempts = 3 if fresh_ports else 1
         for attempt in range(1, attempts + 1):
             for port in (state.port, state.controller_port):
-                if not _port_free(port):
+                if ports.in_use(port):
                     if attempt < attempts:
                         break
                     raise caching.PartError(
@@ -280,7 +261,7 @@ class KafkaBroker(lifecycle.Started):
                         raise
                 else:
                     return
-            state = _State(state.cluster_id, _free_port(), _free_port())
+            state = _State(state.cluster_id, ports.free(), ports.free())
 
     def _load_state(self) -> tuple[_State, bool]:
         """The stored cluster id and ports (new ones the first time, saved); True if the
@@ -299,11 +280,11 @@ class KafkaBroker(lifecycle.Started):
         if self._requested_port:
             port = self._requested_port
         elif not isinstance(port, int):
-            port, fresh = _free_port(), True
+            port, fresh = ports.free(), True
         if not isinstance(controller_port, int):
-            controller_port = _free_port()
+            controller_port = ports.free()
             while controller_port == port:
-                controller_port = _free_port()
+                controller_port = ports.free()
         if not isinstance(cluster_id, str):
             if (self.data_dir / "meta.properties").is_file():
                 raise caching.PartError(f"{path} is missing but {self.data_dir} is formatted; remove {self.state_dir}")

@@ -25,7 +25,6 @@ import pathlib
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -36,7 +35,7 @@ from typing import IO, Any
 
 import yaml
 
-from realparts import caching
+from realparts import caching, ports
 
 KUBERNETES_VERSION = "v1.37.2"
 """The pinned Kubernetes release (``k8s.io/kubernetes`` on the Go module proxy)."""
@@ -155,13 +154,6 @@ def ensure_binaries(*, quiet: bool = False) -> pathlib.Path:
 # --------------------------------------------------------------------------
 # Running
 # --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def tail(path: pathlib.Path, lines: int = 12) -> list[str]:
@@ -296,8 +288,8 @@ class ControlPlane:
             self._ports = json.loads(ports_file.read_text())
         else:
             self._ports = {
-                "apiserver": self._requested_port or free_port(),
-                "etcd": free_port(), "etcd-peer": free_port(),
+                "apiserver": self._requested_port or ports.free(),
+                "etcd": ports.free(), "etcd-peer": ports.free(),
             }
             ports_file.write_text(json.dumps(self._ports))
         token_file = self.state_dir / "tokens.csv"
@@ -316,20 +308,11 @@ class ControlPlane:
                 raise caching.PartError(f"openssl genrsa failed: {result.stderr.decode(errors='replace').strip()}")
         self.url = f"https://127.0.0.1:{self._ports['apiserver']}"
 
-    def _in_use(self, port: int) -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: only a listener counts, not TIME_WAIT
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                return True
-        return False
-
     async def start(self) -> None:
         binaries = await asyncio.to_thread(ensure_binaries)
         self._prepare()
         for name, port in self._ports.items():
-            if self._in_use(port):
+            if ports.in_use(port):
                 raise caching.PartError(
                     f"port {port} ({name}) on 127.0.0.1 is in use: stop what holds it or use another --state-dir"
                 )

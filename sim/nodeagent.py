@@ -25,7 +25,7 @@ from typing import Any
 
 from shared.kube import clients
 from shared.kube.resources import LEASES, PODS, ResourceType
-from sim import errors, kubelet, nodes
+from sim import errors, kubelet, nodes, store
 from sim import settings as sim_settings
 
 log = logging.getLogger(__name__)
@@ -116,17 +116,7 @@ class RemoteStore:
     async def change_status(
         self, resource: str, namespace: str | None, name: str, change: Callable[[dict[str, Any]], bool], attempts: int,
     ) -> bool:
-        for _ in range(attempts):
-            obj = await self.get(resource, namespace, name)
-            if not change(obj):
-                return True
-            try:
-                await self.update(resource, obj, subresource="status")
-                return True
-            except errors.ApiError as exc:
-                if exc.code != 409:
-                    raise
-        return False
+        return await store.change_status(self, resource, namespace, name, change, attempts)
 
     async def delete(
         self, resource: str, namespace: str | None, name: str, propagation: str = "Background",

@@ -258,17 +258,8 @@ class Store:
         """Read the object, let ``change`` edit it, write its status subresource; on
         409 read it again and redo. ``change`` returning False means nothing to write.
         False only when every attempt met a conflict; a 404 is raised."""
-        for _ in range(attempts):
-            obj = await self.get(resource, namespace, name)
-            if not change(obj):
-                return True
-            try:
-                await self.update(resource, obj, subresource="status")
-                return True
-            except errors.ApiError as exc:
-                if exc.code != 409:
-                    raise
-        return False
+        return await change_status(self, resource, namespace, name, change, attempts)
+
     async def patch(
         self,
         resource: str,
@@ -1072,3 +1063,21 @@ def _crd_status(crd: Obj, previous: Obj | None = None) -> Obj:
         ],
         "storedVersions": versions or [v.get("name") for v in (crd.get("spec") or {}).get("versions") or []][:1],
     }
+
+
+async def change_status(
+    store: Any, resource: str, namespace: str | None, name: str, change: Callable[[Obj], bool], attempts: int,
+) -> bool:
+    """Read-change-write of an object's status through any store with ``get`` and ``update``
+    (this one, or the node agent's over HTTP); on 409 read again and redo."""
+    for _ in range(attempts):
+        obj = await store.get(resource, namespace, name)
+        if not change(obj):
+            return True
+        try:
+            await store.update(resource, obj, subresource="status")
+            return True
+        except errors.ApiError as exc:
+            if exc.code != 409:
+                raise
+    return False

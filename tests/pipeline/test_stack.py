@@ -21,19 +21,6 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 KUBECTL = REPO / ".venv" / "bin" / "kubectl"
 
 
-def _alive(pids: set[int]) -> set[int]:
-    """The pids among ``pids`` that are still running (zombies count as gone)."""
-    alive = set()
-    for pid in pids:
-        try:
-            state = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
-
-
 def _kubectl(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), *args],
                           capture_output=True, text=True, timeout=60)
@@ -50,7 +37,7 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
         pids = running.pids()
         # broker + Tansu, 2 sims, 2 watchers, 1 reconciler, 1 status worker
         assert len(pids) >= 8
-        assert _alive(pids) == pids
+        assert stack.alive(pids) == pids
 
         config = yaml.safe_load(running.kubeconfig.read_text())
         assert [c["name"] for c in config["contexts"]] == ["kto-1", "kto-2"]
@@ -84,7 +71,7 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
         assert any(line.startswith("ready ") for line in ended[0].tail)
         assert running.exits() == []  # reported once
 
-    assert _alive(pids) == set()
+    assert stack.alive(pids) == set()
     # The directory is free again.
     assert (settings.state_dir / "logs" / "broker.log").exists()
     assert sorted(p.name for p in (settings.state_dir / "logs").iterdir()) == [
@@ -127,9 +114,9 @@ def test_kto_up_prints_ready_and_stops_on_sigterm(tmp_path: pathlib.Path) -> Non
     assert process.returncode == 0
     assert "stopped" in rest
     deadline = time.monotonic() + 5
-    while _alive(children) and time.monotonic() < deadline:
+    while stack.alive(children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive(children) == set()
+    assert stack.alive(children) == set()
 
 
 def test_kto_demo_runs_the_job_to_succeeded_in_well_under_a_minute(tmp_path: pathlib.Path) -> None:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from realparts import kube
+from kto import stack
+from realparts import kube, ports
 from tests.fixtures import tiers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -42,29 +43,6 @@ def command_line(pid: int) -> str:
         return (pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
     except OSError:
         return ""
-
-
-def alive(pids: set[int]) -> set[int]:
-    """The processes of ``pids`` still running (zombies count as gone)."""
-    running = set()
-    for pid in pids:
-        try:
-            state = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            running.add(pid)
-    return running
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: only a listener counts, not TIME_WAIT
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class Running:
@@ -143,11 +121,11 @@ def test_it_serves_kubectl_with_gpu_nodes_runs_pods_as_annotated_and_stops_leavi
     parts = children_of(plane.process.pid)
     names = {command_line(pid).split()[0].rsplit("/", 1)[-1] for pid in parts}
     assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} <= names
-    ports = json.loads((plane.state_dir / "ports.json").read_text())
+    bound = json.loads((plane.state_dir / "ports.json").read_text())
 
     assert plane.stop() == 0
-    assert not alive(parts)
-    assert all(port_free(port) for port in ports.values()), ports
+    assert not stack.alive(parts)
+    assert not any(ports.in_use(port) for port in bound.values()), bound
 
 
 def test_started_again_on_its_state_dir_it_keeps_every_object(plane: Running) -> None:
@@ -170,7 +148,7 @@ def test_a_part_that_dies_stops_the_command_with_its_last_log_lines(plane: Runni
     assert plane.process.returncode == 2
     assert "kto control-plane: error: kube-scheduler exited with code" in output
     assert "Traceback" not in output
-    assert not alive(parts), "the other parts are stopped too"
+    assert not stack.alive(parts), "the other parts are stopped too"
 
 
 def run_command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
