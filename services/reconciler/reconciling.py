@@ -20,14 +20,15 @@ from opentelemetry import context as otel_context
 
 from shared.api import jobs
 from shared.bus import producing, records
-from shared.core import reconciling, statuses, views
+from shared.core import conditions, reconciling, statuses, views
 from shared.kube import clients, connecting, hydrating, resources
 from services.reconciler.settings import ReconcilerSettings
 
 log = logging.getLogger(__name__)
 
-VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
-WANTED_DECISIONS = VERDICT_ACTIONS | {"timer_fired", "job_check_due"}
+WANTED_DECISIONS = frozenset({"timer_fired", "job_check_due"})
+"""Decisions the reconciler reads: its own timers and checks. Not failure verdicts:
+a verdict is taken from the job (``kto.dev/failure``), never from a record."""
 CONFLICT_RETRY_AFTER = 0.5
 """Seconds before a key whose API write met 409 Conflict is read afresh and settled again."""
 CONCURRENT_KINDS = frozenset({"Pod", "Service"})
@@ -58,6 +59,8 @@ class Reconciler:
         self._checking: set[str] = set()
         """Keys whose ``job_check_due`` record is on its way."""
         self._sweeper: asyncio.Task[None] | None = None
+        self._announced: dict[str, tuple[str | None, str, str]] = {}
+        """Job key → (uid, reason, message) of the failure verdict this process published."""
         self._decided_on: dict[str, dict[str, Any]] = {}
         """Job key → the job as its last decision saw it: the old object an update is validated against."""
         operator = settings.operator
@@ -69,7 +72,7 @@ class Reconciler:
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the reconciler reads: every
-        observation, its own verdicts and timers; not the other decisions."""
+        observation, its own timers and checks; not the other decisions."""
         kind, _, what = type_tag.partition(":")
         return kind == "observation" or what in WANTED_DECISIONS
 
@@ -83,8 +86,6 @@ class Reconciler:
             return False
         view = self._views.setdefault(record.key, views.JobView())
         if isinstance(record, records.Decision):
-            if record.action in VERDICT_ACTIONS and record.source == "reconciler":
-                view.set_verdict(record.detail.get("uid"), record.reason, record.message)
             if record.action == "job_check_due":
                 self._checking.discard(record.key)
                 view.hydrated = False  # read the job and its children afresh
@@ -132,8 +133,10 @@ class Reconciler:
         view = self._views.get(job_key)
         if view is None:
             return
-        if view.reread:
-            view.hydrated = False  # a record older than the view: the API server settles it
+        if view.reread or view.unconfirmed(statuses.FAILURE_ANNOTATION):
+            # A record older than the view, or one bringing a failure verdict the API
+            # server has not shown this worker: the API server settles it.
+            view.hydrated = False
         if view.gone:
             self._forget(job_key)  # its DELETED observation was the last word
             return
@@ -207,6 +210,7 @@ class Reconciler:
     def _forget(self, job_key: str) -> None:
         self._views.pop(job_key, None)
         self._decided_on.pop(job_key, None)
+        self._announced.pop(job_key, None)
         self._job_seen.pop(job_key, None)
         self._checking.discard(job_key)
         timer = self._timers.pop(job_key, None)
@@ -236,23 +240,29 @@ class Reconciler:
         try:
             job = jobs.load(view.job)
         except jobs.LoadError as exc:
-            await self._publish_verdict(
-                key, view, statuses.Verdict(f"{key.kind}FailedValidation",
-                                            f"{key.kind} {key.name} failed validation because {exc}"),
-                "job_validation_failed",
-            )
+            # Nothing is ever created for it, and the status worker reaches the same
+            # verdict from the job alone: the record is for the audit trail only.
+            await self._announce(key, view, statuses.Verdict(
+                f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}",
+                "validation",
+            ))
             return
-        verdict = view.current_verdict()
         old = _previous_version(self._decided_on.get(job_key), view.job)
         self._decided_on[job_key] = view.job
-        decision = reconciling.decide(
-            job, self._children(job_key, view), _now(), self._settings.operator,
-            statuses.Verdict(*verdict) if verdict is not None else None, old,
-        )
+        now = _now()
+        decision = reconciling.decide(job, self._children(job_key, view), now, self._settings.operator, old)
         client = await self._clusters.get(key.cluster)
         if decision.verdict is not None:
-            action = "job_validation_failed" if decision.verdict.reason.endswith("FailedValidation") else "job_failed"
-            await self._publish_verdict(key, view, decision.verdict, action)
+            # On the job first, then on the topic, then the deletes: whoever reads the
+            # job next (a successor, the status worker) finishes what this pass starts.
+            if not await self._record_failure(client, key, view, decision.verdict, now):
+                return
+            await self._announce(key, view, decision.verdict)
+        else:
+            recorded = statuses.recorded_verdict(job)
+            if recorded is not None and not conditions.is_finished(job.status):
+                # A predecessor recorded it and may have died before publishing it.
+                await self._announce(key, view, recorded)
         if decision.plan_error is not None:
             await self._decide(key, view, "child_create_failed", reason="PlanError", message=decision.plan_error)
         await self._create_all(client, key, view, decision.creates)
@@ -266,14 +276,44 @@ class Reconciler:
             await self._delete_job(client, key, view)
         self._arm_timer(job_key, decision.requeue_after)
 
-    async def _publish_verdict(
-        self, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict, action: str,
-    ) -> None:
+    async def _record_failure(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict,
+        now: dt.datetime,
+    ) -> bool:
+        """Write ``verdict`` onto the job (:data:`statuses.FAILURE_ANNOTATION`), on
+        the version it was decided on (a 409 makes settle read afresh and decide
+        again). False if the job is gone."""
+        meta = (view.job or {}).get("metadata") or {}
+        body: dict[str, Any] = {"metadata": {"annotations": {
+            statuses.FAILURE_ANNOTATION: statuses.failure_annotation(verdict, now)}}}
+        if meta.get("resourceVersion"):
+            body["metadata"]["resourceVersion"] = str(meta["resourceVersion"])
+        try:
+            patched = await client.patch(resources.JOB_TYPES[key.kind], key.namespace, key.name, body)
+        except clients.ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        patched.setdefault("apiVersion", jobs.API_VERSION)
+        patched.setdefault("kind", key.kind)
+        view.replace_job(patched)
+        return True
+
+    async def _announce(self, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict) -> None:
+        """Publish the verdict (``job_failed`` / ``job_validation_failed``) once per
+        process, with an id fixed by (job uid, verdict): a successor's repeat is a
+        duplicate readers drop. For the audit trail: no worker acts on the record."""
         uid = ((view.job or {}).get("metadata") or {}).get("uid")
-        if view.current_verdict() == (verdict.reason, verdict.message):
+        uid = str(uid) if uid is not None else None
+        if self._announced.get(str(key)) == (uid, verdict.reason, verdict.message):
             return
-        view.set_verdict(uid, verdict.reason, verdict.message)
-        await self._decide(key, view, action, reason=verdict.reason, message=verdict.message, detail={"uid": uid})
+        action = "job_validation_failed" if verdict.kind == "validation" else "job_failed"
+        await self._decide(
+            key, view, action, reason=verdict.reason, message=verdict.message,
+            detail={"uid": uid, "kind": verdict.kind},
+            record_id=records.deterministic_id(uid or "", action, verdict.reason, verdict.message),
+        )
+        self._announced[str(key)] = (uid, verdict.reason, verdict.message)
 
     def _decision(
         self, key: records.JobKey, action: str, *, child_kind: str | None = None,

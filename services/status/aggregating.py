@@ -1,8 +1,10 @@
 """The status worker: records of a job key in, status writes and Events out.
 
 In: records from ``kto.jobs`` in log order per job key: observations of the
-job and its pods, and the reconciler's failure verdicts (``handle`` takes each
-into the key's view; ``settle`` acts once per burst). Out: the job's
+job and its pods (``handle`` takes each into the key's view; ``settle`` acts
+once per burst). A failure verdict is taken from the job itself (the
+reconciler's ``kto.dev/failure`` annotation, as the API server returned it),
+never from a Decision record, which anyone who can write to the topic could forge. Out: the job's
 ``/status`` written only when it changed and at most once per write interval
 (optimistic concurrency, re-read and recompute on 409), Kubernetes Events for transitions, and a ``status_written``
 Decision record. The status itself is ``shared.core.statuses.compute`` (pure).
@@ -27,7 +29,6 @@ from services.status.settings import StatusSettings
 
 log = logging.getLogger(__name__)
 
-VERDICT_ACTIONS = frozenset({"job_failed", "job_validation_failed"})
 CONFLICT_RETRY_AFTER = 0.5
 """Seconds before a status write that kept meeting 409 Conflict is tried again, read afresh."""
 
@@ -76,11 +77,9 @@ class StatusAggregator:
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
-        observations of jobs and pods, and failure verdicts."""
+        observations of jobs and pods; no decision."""
         kind, _, what = type_tag.partition(":")
-        if kind == "observation":
-            return what == "Pod" or what in jobs.KINDS
-        return what in VERDICT_ACTIONS
+        return kind == "observation" and (what == "Pod" or what in jobs.KINDS)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record into the key's view (the KeyedConsumer handler); True if
@@ -89,10 +88,8 @@ class StatusAggregator:
         if key.kind not in jobs.KINDS:
             return False
         if isinstance(record, records.Decision):
-            if record.action not in VERDICT_ACTIONS:
-                return False
-            self._view(record.key).set_verdict(record.detail.get("uid"), record.reason, record.message)
-        elif record.object_kind in jobs.KINDS:
+            return False
+        if record.object_kind in jobs.KINDS:
             view = self._view(record.key)
             view.observe_job(record.object, record.event == "DELETED")
             if record.omitted and record.event != "DELETED":
@@ -122,8 +119,10 @@ class StatusAggregator:
             return None
         key = records.JobKey.parse(job_key)
         client = await self._clusters.get(key.cluster)
-        if view.reread:
-            view.hydrated = False  # a record older than the view: the API server settles it
+        if view.reread or view.unconfirmed(statuses.FAILURE_ANNOTATION):
+            # A record older than the view, or one bringing a failure verdict the API
+            # server has not shown this worker: the API server settles it.
+            view.hydrated = False
         if not view.hydrated:
             job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
             if job is not None:
@@ -205,15 +204,16 @@ class StatusAggregator:
             return None
         now = _now()
         job = prepared.job
-        verdict = view.current_verdict() or prepared.invalid
-        if verdict is not None and verdict[0].endswith("FailedValidation"):
-            return job, statuses.compute(job, [], now, statuses.Verdict(*verdict))
+        # The job as it is now failing validation comes first (it cannot be defaulted);
+        # then the verdict the reconciler recorded on it, once the API server showed it.
+        recorded = None if view.unconfirmed(statuses.FAILURE_ANNOTATION) else statuses.recorded_verdict(job)
+        verdict = statuses.Verdict(*prepared.invalid, "validation") if prepared.invalid else recorded
+        if verdict is not None and verdict.kind == "validation":
+            return job, statuses.compute(job, [], now, verdict)
         pods = [p for p in view.children.values() if p.get("kind", "Pod") == "Pod"]
         defaulted = prepared.defaulted or defaulting.set_defaults(job)
         owned = [p for p in pods if _controller_uid(p) in (job.metadata.uid, None) or not job.metadata.uid]
-        return job, statuses.compute(
-            defaulted, owned, now, statuses.Verdict(*verdict) if verdict is not None else None,
-        )
+        return job, statuses.compute(defaulted, owned, now, verdict)
 
     async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> bool:
         """Write the status if it differs from the stored one; True if written."""

@@ -1,10 +1,11 @@
 """What the reconciler must do for one job now (spec §6.2–§6.12, §8).
 
-In: the job as stored (un-defaulted), every child object observed for it, the
-failure verdict already reached for it (if any), ``now`` and the operator
-settings. Out: a ``Decision``: children to create, update and delete, pods to
-delete for a restart, a failure verdict, whether to delete the job (TTL), and
-when to look again. Pure and level-triggered: the same inputs always give the
+In: the job as stored (un-defaulted, with the failure verdict already reached
+for it in its ``kto.dev/failure`` annotation, if any), every child object
+observed for it, ``now`` and the operator settings. Out: a ``Decision``:
+children to create, update and delete, pods to delete for a restart, a new
+failure verdict (to be recorded on the job first), whether to delete the job
+(TTL), and when to look again. Pure and level-triggered: the same inputs always give the
 same decision, so a repeated record or a restart changes nothing.
 
 Where kto differs from upstream (docs/pipeline.md): activeDeadlineSeconds
@@ -57,6 +58,8 @@ class Decision:
     updates: list[Manifest] = dataclasses.field(default_factory=list)
     deletes: list[ChildRef] = dataclasses.field(default_factory=list)
     verdict: statuses.Verdict | None = None
+    """A failure newly reached: recorded on the job (:data:`statuses.FAILURE_ANNOTATION`)
+    before it is announced and before any delete goes out."""
     delete_job: bool = False
     requeue_after: float | None = None
     """Seconds until the decision may change by time alone (deadline, TTL)."""
@@ -176,15 +179,44 @@ def _seconds_between(later: dt.datetime, earlier: dt.datetime) -> float:
     return (later - earlier).total_seconds()
 
 
+def _ttl(job: jobs.Job, now: dt.datetime, decision: Decision) -> None:
+    """§6.12: delete the job ``ttlSecondsAfterFinished`` after its completionTime, or look again then."""
+    ttl = job.run_policy.ttl_seconds_after_finished
+    status = job.status
+    if ttl is not None and status is not None and status.completion_time is not None:
+        remaining = ttl - _seconds_between(now, status.completion_time)
+        if remaining <= 0:
+            decision.delete_job = True
+        else:
+            decision.requeue_after = remaining
+
+
+def _failed(job: jobs.Job, children: Sequence[Manifest], now: dt.datetime, decision: Decision) -> Decision:
+    """A job with a recorded failure verdict: every pod and Service goes whatever
+    cleanPodPolicy says (§6.6, backoff / deadline row; a validation failure the
+    same), the PodGroup too, then TTL. The job is not defaulted: it may be invalid."""
+    owned = owned_children(job, children)
+    decision.deletes += _delete_pods_and_services(_of_kind(owned, "Pod"), _of_kind(owned, "Service"), "failed")
+    decision.deletes += _children_to_drop(owned, frozenset({"PodGroup"}), "failed")
+    _ttl(job, now, decision)
+    return decision
+
+
 def decide(
     job: jobs.Job,
     children: Sequence[Manifest],
     now: dt.datetime,
     settings: OperatorSettings,
-    verdict: statuses.Verdict | None = None,
     old: jobs.Job | None = None,
 ) -> Decision:
     """The reconcile decision for ``job`` given everything observed about it.
+
+    A failure verdict already reached for the job is read from the job itself
+    (:data:`statuses.FAILURE_ANNOTATION`), never from a record: whatever its
+    conditions say yet, all its pods and Services go (§6.6, the backoff /
+    deadline row), on every pass until none is left, so a successor finishes
+    what a worker killed mid-cleanup started. A new verdict comes out as
+    ``Decision.verdict``; the caller records it on the job before anything else.
 
     ``old``: the version of the job the previous decision was made on, when the
     job was updated since; the update is validated against it (§3.2 C7
@@ -195,49 +227,43 @@ def decide(
     decision = Decision()
     if job.metadata.deletion_timestamp is not None:
         return decision
+    recorded = statuses.recorded_verdict(job)
+    if recorded is not None and not conditions.is_true(job.status, conditions.SUCCEEDED):
+        return _failed(job, children, now, decision)
     external = statuses.is_managed_externally(job)
-    if verdict is None and external and (old is None or statuses.is_managed_externally(old)):
+    if external and (old is None or statuses.is_managed_externally(old)):
         return decision
-    if verdict is None:
-        report = validating.validate(job, old)
-        if not report.ok:
-            decision.verdict = statuses.Verdict(
-                f"{job.KIND}FailedValidation",
-                f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
-            )
-            # An update that failed validation (no child exists before a first
-            # valid pass): the job fails as by backoff or deadline, all its pods go.
-            invalid_owned = owned_children(job, children)
-            decision.deletes += _delete_pods_and_services(
-                _of_kind(invalid_owned, "Pod"), _of_kind(invalid_owned, "Service"), "failed")
-            decision.deletes += _children_to_drop(invalid_owned, frozenset({"PodGroup"}), "failed")
-            return decision
+    report = validating.validate(job, old)
+    if not report.ok:
+        decision.verdict = statuses.Verdict(
+            f"{job.KIND}FailedValidation",
+            f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
+            "validation",
+        )
+        # An update that failed validation (no child exists before a first
+        # valid pass): the job fails as by backoff or deadline, all its pods go.
+        invalid_owned = owned_children(job, children)
+        decision.deletes += _delete_pods_and_services(
+            _of_kind(invalid_owned, "Pod"), _of_kind(invalid_owned, "Service"), "failed")
+        decision.deletes += _children_to_drop(invalid_owned, frozenset({"PodGroup"}), "failed")
+        return decision
     job = defaulting.set_defaults(job)
     owned = owned_children(job, children)
     pods, services = _of_kind(owned, "Pod"), _of_kind(owned, "Service")
     podgroups = frozenset({"PodGroup"})
     status = job.status
 
-    if conditions.is_finished(status) or verdict is not None:
-        assert status is not None or verdict is not None
-        if conditions.is_finished(status):
-            policy = job.run_policy.clean_pod_policy or "None"
-            if policy == "All":
-                decision.deletes += _delete_pods_and_services(pods, services, "clean-pod-policy")
-            elif policy == "Running":
-                decision.deletes += _delete_pods_and_services(
-                    pods, services, "clean-pod-policy", only_phases=("Running", "Pending")
-                )
-        else:
-            decision.deletes += _delete_pods_and_services(pods, services, "failed")
+    if conditions.is_finished(status):
+        assert status is not None
+        policy = job.run_policy.clean_pod_policy or "None"
+        if policy == "All":
+            decision.deletes += _delete_pods_and_services(pods, services, "clean-pod-policy")
+        elif policy == "Running":
+            decision.deletes += _delete_pods_and_services(
+                pods, services, "clean-pod-policy", only_phases=("Running", "Pending")
+            )
         decision.deletes += _children_to_drop(owned, podgroups, "finished")
-        ttl = job.run_policy.ttl_seconds_after_finished
-        if ttl is not None and status is not None and status.completion_time is not None:
-            remaining = ttl - _seconds_between(now, status.completion_time)
-            if remaining <= 0:
-                decision.delete_job = True
-            else:
-                decision.requeue_after = remaining
+        _ttl(job, now, decision)
         return decision
 
     if job.run_policy.suspend:
@@ -247,14 +273,16 @@ def decide(
 
     if past_backoff_limit(job, pods):
         decision.verdict = statuses.Verdict(
-            f"{job.KIND}Failed", f"Job {job.name} has failed because it has reached the specified backoff limit"
+            f"{job.KIND}Failed", f"Job {job.name} has failed because it has reached the specified backoff limit",
+            "backoff",
         )
     deadline = job.run_policy.active_deadline_seconds
     if decision.verdict is None and deadline is not None and status is not None and status.start_time is not None:
         remaining = deadline - _seconds_between(now, status.start_time)
         if remaining <= 0:
             decision.verdict = statuses.Verdict(
-                f"{job.KIND}Failed", f"Job {job.name} has failed because it was active longer than specified deadline"
+                f"{job.KIND}Failed", f"Job {job.name} has failed because it was active longer than specified deadline",
+                "deadline",
             )
         else:
             decision.requeue_after = remaining

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Sequence
 from typing import Literal
 
@@ -40,6 +41,47 @@ class Verdict:
 
     reason: str
     message: str
+    kind: str = ""
+    """``backoff``, ``deadline`` or ``validation`` (kto's own, not on the wire upstream)."""
+
+
+FAILURE_ANNOTATION = "kto.dev/failure"
+"""The failure verdict the reconciler reached, recorded on the job itself before
+anything else is done about it (kto's own annotation; the conditions stay upstream's).
+Both workers take a verdict only from here, as the API server holds it: a record
+on the topic can be forged, the job cannot be written without the right to."""
+
+VERDICT_KINDS = frozenset({"backoff", "deadline", "validation"})
+
+
+def failure_annotation(verdict: Verdict, now: dt.datetime) -> str:
+    """The :data:`FAILURE_ANNOTATION` value recording ``verdict`` (compact JSON)."""
+    return json.dumps(
+        {"reason": verdict.reason, "message": verdict.message, "kind": verdict.kind,
+         "time": common.format_time(now)},
+        separators=(",", ":"),
+    )
+
+
+def recorded_verdict(job: jobs.Job) -> Verdict | None:
+    """The verdict recorded on ``job`` (:data:`FAILURE_ANNOTATION`), or None when
+    there is none or it is not one the reconciler writes: only upstream's
+    reasons for the job's kind (``<Kind>Failed``, ``<Kind>FailedValidation``)
+    with a message and a known kind count."""
+    raw = (job.metadata.annotations or {}).get(FAILURE_ANNOTATION)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    reason, message, kind = value.get("reason"), value.get("message"), value.get("kind")
+    expected = f"{job.KIND}FailedValidation" if kind == "validation" else f"{job.KIND}Failed"
+    if kind not in VERDICT_KINDS or reason != expected or not isinstance(message, str) or not message:
+        return None
+    return Verdict(reason, message, kind)
 
 
 @dataclasses.dataclass

@@ -6,7 +6,9 @@ older (by resourceVersion) than what the view already holds is ignored, whatever
 its uid, so a late record (of this incarnation or of a deleted one with the same
 name) never rolls the view back; a deletion removes only the incarnation it
 names. A record of the job that is older than the view asks for a re-read
-(``reread``): the API server, not a record, settles which is right. Pure: no I/O.
+(``reread``): the API server, not a record, settles which is right. So does
+it for an annotation a worker acts on (kto's failure verdict): one the API
+server has not returned is ``unconfirmed``, and is read again. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def _uid(obj: Manifest | None) -> str | None:
     return None if value is None else str(value)
 
 
+def _annotations(obj: Manifest) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
+
+
 def child_key(obj: Manifest) -> ChildKey:
     return (str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", "")))
 
@@ -79,13 +87,12 @@ class JobView:
     hydrated: bool = False
     gone: bool = False
     """The job was deleted: nothing more to do for this key until it is created again."""
-    verdict: tuple[str, str] | None = None
-    """(reason, message) of a failure decided for the job's current uid."""
-    verdict_uid: str | None = None
     confirmed: bool = False
     """The job held was read from (or written to) the API server, not taken from a record."""
     reread: bool = False
     """A record of the job older than the one held came: read the job afresh before acting."""
+    from_server: tuple[str | None, dict[str, Any]] | None = None
+    """(uid, annotations) of the job as the API server last returned it."""
 
     def observe_job(self, obj: Manifest, deleted: bool) -> None:
         """Take in an observation of the job. One older than the job held (by
@@ -105,20 +112,19 @@ class JobView:
         if self.job is not None and _uid(self.job) != uid:
             # A new job with the same name: what was known of the old one is void.
             self.children.clear()
-            self.verdict = None
         self.job, self.gone, self.confirmed = obj, False, False
 
     def replace_job(self, obj: Manifest | None) -> None:
         """The job as just read from (or written to) the API server: the truth,
         whatever version the view held."""
         if obj is None:
-            self.job, self.gone, self.confirmed = None, True, False
+            self.job, self.gone, self.confirmed, self.from_server = None, True, False, None
             self.children.clear()
             return
         if self.job is not None and _uid(self.job) != _uid(obj):
             self.children.clear()
-            self.verdict = None
         self.job, self.gone, self.confirmed, self.reread = obj, False, True, False
+        self.from_server = (_uid(obj), dict(_annotations(obj)))
 
     def observe_child(self, obj: Manifest, deleted: bool) -> bool:
         """Take in a child; True if what decisions and statuses look at changed
@@ -138,11 +144,16 @@ class JobView:
         self.children[key] = obj
         return current is None or relevant_state(obj) != relevant_state(current)
 
-    def set_verdict(self, uid: str | None, reason: str, message: str) -> None:
-        self.verdict, self.verdict_uid = (reason, message), uid
-
-    def current_verdict(self) -> tuple[str, str] | None:
-        uid = ((self.job or {}).get("metadata") or {}).get("uid")
-        if self.verdict is not None and (self.verdict_uid is None or self.verdict_uid == uid):
-            return self.verdict
-        return None
+    def unconfirmed(self, annotation: str) -> bool:
+        """Whether the job held carries ``annotation`` with a value the API server
+        has not returned for this uid: it came in a record only, which anyone who
+        can write to the topic could forge. Read the job before acting on it."""
+        if self.job is None:
+            return False
+        value = _annotations(self.job).get(annotation)
+        if value is None:
+            return False
+        if self.from_server is None:
+            return True
+        uid, seen = self.from_server
+        return uid != _uid(self.job) or seen.get(annotation) != value

@@ -1,6 +1,8 @@
 """Issue 10, crash consistency: conflicts are re-read and retried, never dead-lettered; a late
 DELETED of a previous incarnation leaves the current one's bookkeeping alone; a record lying about
-a job's resourceVersion never freezes it (the API server is the truth)."""
+a job's resourceVersion never freezes it, and a forged failure verdict never fails it (the API
+server is the truth); a reconciler killed right after deciding a deadline failure leaves its
+successor to delete every pod and Service of the Failed job."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from services.reconciler.settings import ReconcilerSettings
 from shared.bus import producing, records
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import Pipeline
+from tests.pipeline.test_crashes import killed_and_replaced, start_reconciler_process
 from tests.pipeline.test_pipeline import job
+from tests.pipeline.test_run_policy import annotate, children_are, condition, killing_on, successor_acted
 
 
 async def test_status_writes_meeting_409_conflicts_are_read_again_and_retried_never_dead_lettered(
@@ -74,3 +78,57 @@ async def test_a_record_with_a_forged_resource_version_does_not_freeze_a_live_jo
     await pipeline.wait_for("JAXJob", "forged-rv", "Succeeded", timeout=60)
     dead = await read_topic(pipeline.kafka, pipeline.kafka.dlq_topic)
     assert dead == []
+
+
+@pytest.mark.parametrize("action", ["job_failed", "job_validation_failed"])
+async def test_a_forged_failure_verdict_on_the_topic_does_not_fail_a_running_job(
+    pipeline: Pipeline, action: str,
+) -> None:
+    name = f"forged-{action.replace('_', '-')}"
+    manifest = job("JAXJob", name, {"Worker": (2, "Never")}, "jax")
+    annotate(manifest, "Worker", duration="4s")
+    created = await pipeline.submit(manifest)
+    await pipeline.wait_for("JAXJob", name, "Running", timeout=30)
+    reason = "JAXJobFailedValidation" if action == "job_validation_failed" else "JAXJobFailed"
+    async with producing.Publisher(pipeline.kafka, "test", "forger") as publisher:
+        # Everything a forger can set, as the reconciler itself would write it.
+        await publisher.publish(records.Decision(
+            key=pipeline.key("JAXJob", name), action=action, reason=reason,
+            message=f"Job {name} has failed because it was active longer than specified deadline",
+            detail={"uid": created["metadata"]["uid"], "kind": "deadline"}, source="reconciler", instance="forger"))
+    done = await pipeline.wait_for("JAXJob", name, "Succeeded", timeout=60)
+    assert condition(done, "Failed") is None
+    assert "kto.dev/failure" not in (done["metadata"].get("annotations") or {})
+    assert {p["metadata"]["name"] for p in await pipeline.pods(name)} == {f"{name}-worker-0", f"{name}-worker-1"}
+
+
+async def test_a_reconciler_killed_right_after_a_deadline_verdict_leaves_its_successor_to_delete_every_pod(
+    pipeline: Pipeline,
+) -> None:
+    """The verdict is on the job before it is on the topic: the status worker writes Failed from
+    it, and the successor, finding a Failed job with cleanPodPolicy None, still deletes every pod
+    and Service (§6.6: a deadline failure ignores cleanPodPolicy)."""
+    kind, name = "PyTorchJob", "crash-deadline"
+    manifest = job(kind, name, {"Master": (1, "Never"), "Worker": (2, "Never")}, "pytorch",
+                   runPolicy={"activeDeadlineSeconds": 3})
+    annotate(manifest, "Master", duration="120s")
+    annotate(manifest, "Worker", duration="120s")
+    key = pipeline.key(kind, name)
+    await pipeline.stop("reconciler")
+    first = await start_reconciler_process(pipeline)
+    try:
+        async with killing_on(pipeline, first, key, lambda r: r.action == "job_failed") as killed:
+            await pipeline.submit(manifest)
+            decided = await asyncio.wait_for(killed, 30)
+        # Killed before (sim: deletes are slowed) or while deleting; the status worker goes on.
+        failed = await pipeline.wait_for(kind, name, "Failed", timeout=30)
+        last = condition(failed, "Failed")
+        assert last is not None and (last["reason"], last["message"]) == (
+            "PyTorchJobFailed", f"Job {name} has failed because it was active longer than specified deadline")
+        async with killed_and_replaced(first, lambda: start_reconciler_process(pipeline)):
+            await children_are(pipeline, name, set(), timeout=40)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    if pipeline.tier == "sim":
+        assert await successor_acted(pipeline, key, decided.instance, "child_deleted")
