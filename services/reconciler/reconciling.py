@@ -427,19 +427,23 @@ class Reconciler:
     ) -> bool:
         """Record on the job how many failed pods were deleted for restart, before
         deleting them (a crash in between over-counts by one, never under-counts);
-        backoffLimit is checked against it. False if the job is gone."""
+        backoffLimit is checked against it. Written on the version the count was
+        computed from: a stale view (a worker killed after counting, its successor
+        reading an older record) meets 409, and settle reads afresh and counts again,
+        so a count never goes back. False if the job is gone."""
+        meta = (view.job or {}).get("metadata") or {}
+        body: dict[str, Any] = {"metadata": {"annotations": {reconciling.RESTARTS_ANNOTATION: str(restarts)}}}
+        if meta.get("resourceVersion"):
+            body["metadata"]["resourceVersion"] = str(meta["resourceVersion"])
         try:
-            patched = await client.patch(
-                resources.JOB_TYPES[key.kind], key.namespace, key.name,
-                {"metadata": {"annotations": {reconciling.RESTARTS_ANNOTATION: str(restarts)}}},
-            )
+            patched = await client.patch(resources.JOB_TYPES[key.kind], key.namespace, key.name, body)
         except clients.ApiError as exc:
             if exc.not_found:
                 return False
             raise
         patched.setdefault("apiVersion", jobs.API_VERSION)
         patched.setdefault("kind", key.kind)
-        view.observe_job(patched, deleted=False)
+        view.replace_job(patched)
         return True
 
     async def _delete_job(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:

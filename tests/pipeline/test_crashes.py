@@ -73,9 +73,12 @@ async def test_a_reconciler_killed_mid_run_and_restarted_leaves_no_duplicate_and
             first.kill()
     pods = await pipeline.pods("crash")
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"crash-worker-{i}" for i in range(12))
+    # Each pod created once. kube-apiserver logs a create whose client was killed while it was in
+    # flight as 504, though the pod was made: such a create counts too (the sim has no such case).
+    made = (201, 504) if pipeline.tier == "kube" else (201,)
     created = [
         r for r in pipeline.requests()
-        if r["verb"] == "create" and r["resource"] == "pods" and r["code"] == 201 and r["namespace"] == pipeline.namespace
+        if r["verb"] == "create" and r["resource"] == "pods" and r["code"] in made and r["namespace"] == pipeline.namespace
     ]
     assert len(created) == 12
     history = await reading.read_history(pipeline.kafka, pipeline.key("JAXJob", "crash"))

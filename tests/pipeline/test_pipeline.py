@@ -294,9 +294,10 @@ async def test_a_replica_failing_retryably_is_restarted_backoff_limit_times_then
 async def test_when_the_active_watcher_stops_a_standby_takes_over_and_jobs_go_on(pipeline: Pipeline) -> None:
     """Two watchers of one cluster: the lease holder publishes; stopped, the standby takes the lease
     and publishes what changed since (on both tiers: the lease is a real coordination.k8s.io Lease)."""
-    pipeline.start_watcher("standby")
     await pipeline.submit(job("JAXJob", "before", {"Worker": (1, "Never")}, "jax"))
-    await pipeline.wait_for("JAXJob", "before", "Succeeded")
+    await pipeline.wait_for("JAXJob", "before", "Succeeded")  # published by the first watcher: it holds the lease
+    pipeline.start_watcher("standby")
+    await asyncio.sleep(1.0)
     await pipeline.stop("watcher")
     await pipeline.submit(job("JAXJob", "after", {"Worker": (2, "Never")}, "jax"))
     await pipeline.wait_for("JAXJob", "after", "Succeeded", timeout=45)
