@@ -283,21 +283,8 @@ class Reconciler:
         """Write ``verdict`` onto the job (:data:`statuses.FAILURE_ANNOTATION`), on
         the version it was decided on (a 409 makes settle read afresh and decide
         again). False if the job is gone."""
-        meta = (view.job or {}).get("metadata") or {}
-        body: dict[str, Any] = {"metadata": {"annotations": {
-            statuses.FAILURE_ANNOTATION: statuses.failure_annotation(verdict, now)}}}
-        if meta.get("resourceVersion"):
-            body["metadata"]["resourceVersion"] = str(meta["resourceVersion"])
-        try:
-            patched = await client.patch(resources.JOB_TYPES[key.kind], key.namespace, key.name, body)
-        except clients.ApiError as exc:
-            if exc.not_found:
-                return False
-            raise
-        patched.setdefault("apiVersion", jobs.API_VERSION)
-        patched.setdefault("kind", key.kind)
-        view.replace_job(patched)
-        return True
+        annotation = {statuses.FAILURE_ANNOTATION: statuses.failure_annotation(verdict, now)}
+        return await self._annotate(client, key, view, annotation)
 
     async def _announce(self, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict) -> None:
         """Publish the verdict (``job_failed`` / ``job_validation_failed``) once per
@@ -431,8 +418,16 @@ class Reconciler:
         computed from: a stale view (a worker killed after counting, its successor
         reading an older record) meets 409, and settle reads afresh and counts again,
         so a count never goes back. False if the job is gone."""
+        return await self._annotate(client, key, view, {reconciling.RESTARTS_ANNOTATION: str(restarts)})
+
+    async def _annotate(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, annotations: dict[str, str],
+    ) -> bool:
+        """Merge ``annotations`` into the job on the resourceVersion the view holds (a 409
+        makes settle read afresh and decide again); the answer replaces the view. False if
+        the job is gone."""
         meta = (view.job or {}).get("metadata") or {}
-        body: dict[str, Any] = {"metadata": {"annotations": {reconciling.RESTARTS_ANNOTATION: str(restarts)}}}
+        body: dict[str, Any] = {"metadata": {"annotations": annotations}}
         if meta.get("resourceVersion"):
             body["metadata"]["resourceVersion"] = str(meta["resourceVersion"])
         try:

@@ -12,17 +12,9 @@ from opentelemetry import context as otel_context
 from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings
 from tests.bus.test_consuming import decision, key, read_topic, start, until
+from tests.hostile import nested
 
 KEY = "prod/team-a/PyTorchJob/mnist"
-
-
-def nested(levels: int) -> dict[str, Any]:
-    top: dict[str, Any] = {}
-    current = top
-    for _ in range(levels):
-        current["a"] = {}
-        current = current["a"]
-    return top
 
 
 def envelope(**obj: Any) -> bytes:

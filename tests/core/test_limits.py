@@ -12,17 +12,9 @@ import pytest
 
 from shared.api import jobs, limits
 from shared.core import validating
+from tests.hostile import nested
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def nested(levels: int) -> dict[str, Any]:
-    top: dict[str, Any] = {}
-    current = top
-    for _ in range(levels):
-        current["a"] = {}
-        current = current["a"]
-    return top
 
 
 def pytorch(worker_replicas: int = 1, annotations: dict[str, str] | None = None, **pod_spec: Any) -> dict[str, Any]:

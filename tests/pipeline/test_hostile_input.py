@@ -18,6 +18,7 @@ from shared.kube import clients, resources
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import ROOT, Pipeline
 from tests.pipeline.test_pipeline import job
+from tests.hostile import nested
 
 GOOD_JOBS = 16
 
@@ -34,15 +35,6 @@ def failed_message(found: dict[str, Any]) -> str:
     last = found["status"]["conditions"][-1]
     assert last["type"] == "Failed" and last["reason"] == f"{found['kind']}FailedValidation", last
     return str(last["message"])
-
-
-def nested(levels: int) -> dict[str, Any]:
-    top: dict[str, Any] = {}
-    current = top
-    for _ in range(levels):
-        current["a"] = {}
-        current = current["a"]
-    return top
 
 
 async def test_undecodable_records_kill_no_worker_and_the_jobs_after_them_succeed(pipeline: Pipeline) -> None:
