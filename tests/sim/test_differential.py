@@ -171,7 +171,7 @@ _DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unre
 
 
 def normalise(value: Any) -> Any:
-    """``value`` with what must differ between two servers replaced by placeholders (see the module doc)."""
+    """``value`` with what must differ between two servers replaced by fixed stand-in values (see the module doc)."""
     if isinstance(value, list):
         return [normalise(v) for v in value]
     if isinstance(value, str):
