@@ -24,6 +24,10 @@ Out: calls of ``handler(record, trace_context)``, inside a span, with
   their offsets, like those before, are committed only once a settle is
   done). Level-triggered workers do the expensive part once per burst instead
   of once per record;
+* **commits only as a member** — a member the coordinator no longer knows
+  (rejoining after its session expired, or after the broker restarted empty)
+  commits nothing: such a commit would land outside the group's generations,
+  e.g. an offset of the lost log in the new one, and skip its records;
 * **no stalls** — a record that does not decode, or whose handler keeps
   failing, is written to the dead-letter topic with ``kto-error``,
   ``kto-source-topic``, ``kto-source-partition``, ``kto-source-offset``
@@ -621,6 +625,16 @@ class KeyedConsumer(lifecycle.Started):
         offsets = {p.tp: o for p in partitions if (o := p.to_commit()) is not None}
         if not offsets or self._consumer is None:
             return
+        if not self._member():
+            # The coordinator forgot this member (its session expired, or the broker
+            # restarted empty) and it is rejoining: a commit now would go in without a
+            # generation, as if from outside the group, possibly into a new log it was
+            # never made against. Whoever gets the partitions re-reads from the last
+            # commit made as a member; records handled since are handled again.
+            self._emit(events.COMMIT_ERROR, group=self._group_id,
+                       error="not a member of the group (rejoining): nothing committed",
+                       partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in offsets))
+            return
         try:
             await self._consumer.commit(offsets)
         except kafka_errors.KafkaError as exc:
@@ -634,6 +648,12 @@ class KeyedConsumer(lifecycle.Started):
                 self._emit(events.COMMIT_DONE, topic=partition.tp.topic,
                            partition=partition.tp.partition, offset=offsets[partition.tp],
                            group=self._group_id)
+
+    def _member(self) -> bool:
+        """Whether the group coordinator knows this member now (aiokafka resets the
+        generation to -1 when it answers that the member id is unknown)."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        return coordinator is None or getattr(coordinator, "generation", 0) != -1
 
     async def _drain(self, partitions: Sequence[_Partition]) -> None:
         waits = [p.idle.wait() for p in partitions if not p.idle.is_set()]

@@ -77,3 +77,48 @@ async def test_offsets_past_the_end_of_a_log_the_broker_lost_are_reset_and_nothi
             await task
     finally:
         await embedded.stop()
+
+
+async def test_a_member_running_across_a_restart_commits_nothing_into_the_new_log() -> None:
+    """The broker comes back empty and at once gets more records than the member had read (the
+    watcher republished everything). The coordinator no longer knows the member, which rejoins;
+    the commit it would make on being revoked carries no generation and, taken by the new
+    broker, would point past records of the new log. It commits nothing instead, so the
+    partition is read from the new log's beginning and no record of it is skipped."""
+    base = KafkaSettings(partitions=1, client_id="kto-loss-test", linger_ms=1, session_timeout_ms=6000,
+                         heartbeat_interval_ms=300)
+    embedded = broker_module.EmbeddedBroker(settings=base)
+    await embedded.start()
+    kafka = embedded.settings
+    port = int(kafka.bootstrap.rsplit(":", 1)[1])
+    seen: list[int] = []
+    refused: list[events.BusEvent] = []
+
+    async def handle(record: records.Record, parent: otel_context.Context) -> None:
+        assert isinstance(record, records.Decision)
+        seen.append(int(record.detail["seq"]))
+
+    def on_event(event: events.BusEvent) -> None:
+        if event.name == events.COMMIT_ERROR and "not a member" in event.attributes["error"]:
+            refused.append(event)
+
+    # Nothing committed before the restart: the position is committed on the revoke.
+    consumer = consuming.KeyedConsumer(kafka, "g", handle, on_event=[on_event], commit_interval=600)
+    task = asyncio.create_task(consumer.run())
+    try:
+        async with producing.Publisher(kafka, "test", "t-1") as pub:
+            for seq in range(30):
+                await pub.publish(records.Decision(key=key(seq % 3), action="x", detail={"seq": seq}))
+        await until(lambda: set(range(30)) <= set(seen))
+        await embedded.stop()
+        embedded = broker_module.EmbeddedBroker(port, settings=base)
+        await embedded.start()
+        async with producing.Publisher(kafka, "test", "t-2") as pub:
+            for seq in range(100, 140):
+                await pub.publish(records.Decision(key=key(seq % 3), action="x", detail={"seq": seq}))
+        await until(lambda: set(range(100, 140)) <= set(seen), timeout=40)
+        assert refused
+    finally:
+        await consumer.stop()
+        await task
+        await embedded.stop()
