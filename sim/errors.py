@@ -133,6 +133,14 @@ def unsupported_media_type(message: str) -> ApiError:
     return ApiError(415, "UnsupportedMediaType", message)
 
 
+def strategic_merge_unsupported() -> ApiError:
+    """What kube-apiserver answers a strategic-merge patch of a custom resource (or its scale)."""
+    return unsupported_media_type(
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    )
+
+
 def internal(message: str) -> ApiError:
     return ApiError(500, "InternalError", f"Internal error occurred: {message}")
 

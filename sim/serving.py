@@ -640,39 +640,45 @@ class Server:
         return response
 
     def _scale(self, res: resources.Resource, obj: Obj) -> Obj:
+        """The ``autoscaling/v1`` Scale of a custom resource, read through its CRD's scale paths."""
         if not res.scale:
+            if not res.builtin:
+                # The apiextensions server answers an undeclared subresource as a missing object.
+                raise errors.not_found(res.key, obj["metadata"]["name"])
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-        spec_path = res.scale.get("specReplicasPath", "")
-        status_path = res.scale.get("statusReplicasPath", "")
+        spec_values = tables.jsonpath(obj, res.scale.get("specReplicasPath", ""))
+        status_values = tables.jsonpath(obj, res.scale.get("statusReplicasPath", ""))
         selector_path = res.scale.get("labelSelectorPath", "")
-        spec_values = tables.jsonpath(obj, spec_path)
-        status_values = tables.jsonpath(obj, status_path)
         status: Obj = {"replicas": int(status_values[0]) if status_values else 0}
         if selector_path and (sel := tables.jsonpath(obj, selector_path)):
             status["selector"] = sel[0]
+        spec: Obj = {}
+        if spec_values and spec_values[0]:
+            # Scale.spec.replicas is omitempty in Go: 0 is not written.
+            spec["replicas"] = int(spec_values[0])
         meta = obj["metadata"]
         return {"kind": "Scale", "apiVersion": "autoscaling/v1",
                 "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                              if k in meta},
-                "spec": {"replicas": int(spec_values[0]) if spec_values else 0}, "status": status}
+                "spec": spec, "status": status}
 
     async def _update_scale(self, request: web.Request, route: Route, res: resources.Resource,
                             patch_type: str | None) -> web.StreamResponse:
+        """PUT or PATCH of a Scale: its spec.replicas written to the parent's specReplicasPath."""
         assert route.name is not None
         obj = self.store._get(res.key, route.namespace, route.name)
         scale = self._scale(res, obj)
+        assert res.scale is not None
+        if patch_type == "strategic":
+            raise errors.strategic_merge_unsupported()
         body = await self._body(request)
-        if patch_type is None:
-            new_scale = body
-        else:
-            new_scale = patching.apply(scale, body, "merge" if patch_type == "strategic" else patch_type)
+        new_scale = body if patch_type is None else patching.apply(scale, body, patch_type)
         if not isinstance(new_scale, dict):
             raise errors.bad_request("a Scale must be an object")
         rv = (new_scale.get("metadata") or {}).get("resourceVersion")
         if rv and rv != obj["metadata"]["resourceVersion"]:
             raise errors.conflict(res.key, route.name)
-        replicas = (new_scale.get("spec") or {}).get("replicas")
-        assert res.scale is not None
+        replicas = (new_scale.get("spec") or {}).get("replicas", 0)
         if not isinstance(replicas, int) or replicas < 0:
             field = res.scale.get("specReplicasPath", "")
             cause = {"reason": "FieldValueInvalid", "field": field,

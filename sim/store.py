@@ -711,10 +711,7 @@ class Store:
                 "cluster; use client-side `kubectl apply` or a merge patch"
             )
         if patch_type == "strategic" and not res.builtin:
-            raise errors.unsupported_media_type(
-                "the body of the request was in an unknown format - accepted media types include: "
-                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-            )
+            raise errors.strategic_merge_unsupported()
         old = self._get(resource, namespace, name)
         new = patching.apply(old, patch, patch_type)
         if new is old:

@@ -75,6 +75,9 @@ class Api:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else False
         self._session: aiohttp.ClientSession | None = None
+        self.kubeconfig: pathlib.Path | None = None
+        self.context: str | None = None
+        """Where ``from_kubeconfig`` read the server from: lets a scenario run kubectl against it too."""
 
     @classmethod
     def from_kubeconfig(cls, name: str, path: pathlib.Path, context: str | None = None) -> Api:
@@ -93,7 +96,9 @@ class Api:
                     cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
             else:
                 ssl_context = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
-        return cls(name, cluster["server"], user.get("token"), ssl_context)
+        api = cls(name, cluster["server"], user.get("token"), ssl_context)
+        api.kubeconfig, api.context = path, context
+        return api
 
     async def __aenter__(self) -> Api:
         self._session = aiohttp.ClientSession(headers=self._headers,
