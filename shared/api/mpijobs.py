@@ -1,0 +1,176 @@
+"""mpi-operator's MPIJob, ``kubeflow.org/v2beta1`` (spec A.1–A.3), and how to load one.
+
+In: a dict (one YAML document or an object read from the API server). Out: a
+typed :class:`MPIJob` whose fields carry upstream's camelCase names as
+aliases. Unknown fields are kept and pod templates stay plain dicts, so
+``job.dump()`` gives back what was loaded.
+
+Enumerations that upstream checks in its controller (``cleanPodPolicy``,
+``mpiImplementation``, ``restartPolicy``, ``launcherCreationPolicy``) are
+plain strings here: a wrong value is a validation error with a field path
+(``shared.core.mpi_v2.validating``), as upstream reports it, not a load error.
+
+This is a kind of its own, not a ``shared.api.jobs.Job``: it has its own API
+version (every child's ownerReference names ``kubeflow.org/v2beta1``), its
+own operator name (``mpi-operator``) and none of the v1 plugin machinery.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+
+from shared.api import common, jobs, limits
+
+GROUP = jobs.GROUP
+VERSION = "v2beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "MPIJob"
+PLURAL = "mpijobs"
+SINGULAR = "mpijob"
+
+LAUNCHER = "Launcher"
+WORKER = "Worker"
+REPLICA_TYPES = (LAUNCHER, WORKER)
+REPLICA_FIELD_ALIAS = "mpiReplicaSpecs"
+
+OPEN_MPI = "OpenMPI"
+INTEL_MPI = "Intel"
+MPICH = "MPICH"
+IMPLEMENTATIONS = (OPEN_MPI, INTEL_MPI, MPICH)
+
+AT_STARTUP = "AtStartup"
+WAIT_FOR_WORKERS_READY = "WaitForWorkersReady"
+
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+RESTART_POLICIES = ("Never", "OnFailure")
+"""The replica restart policies validation accepts (the type also names Always and ExitCode)."""
+
+MANAGED_BY_MPI_OPERATOR = "kubeflow.org/mpi-operator"
+MANAGED_BY_VALUES = (MANAGED_BY_MPI_OPERATOR, common.MANAGED_BY_MULTIKUEUE)
+
+DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+
+LoadError = jobs.LoadError
+"""A document that is not a loadable job; ``errors`` are ``(field path, message)`` pairs."""
+
+
+class ReplicaSpec(common.Model):
+    """``mpiReplicaSpecs[Launcher|Worker]``."""
+
+    replicas: int | None = None
+    template: common.Manifest = pydantic.Field(default_factory=dict)
+    restart_policy: str | None = None
+
+
+class RunPolicy(common.Model):
+    """``spec.runPolicy``: v2beta1's own copy of the Kubeflow run policy."""
+
+    clean_pod_policy: str | None = None
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    scheduling_policy: common.SchedulingPolicy | None = None
+    suspend: bool | None = None
+    managed_by: str | None = None
+
+
+class MPIJobSpec(common.Model):
+    slots_per_worker: int | None = None
+    run_launcher_as_worker: bool | None = None
+    ssh_auth_mount_path: str | None = None
+    launcher_creation_policy: str | None = None
+    mpi_implementation: str | None = None
+    mpi_replica_specs: dict[str, ReplicaSpec | None] | None = None
+    run_policy: RunPolicy | None = None
+
+
+class MPIJob(common.Model):
+    """An MPIJob of ``kubeflow.org/v2beta1``."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
+    spec: MPIJobSpec = pydantic.Field(default_factory=MPIJobSpec)
+    status: common.JobStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    @property
+    def run_policy(self) -> RunPolicy:
+        """The run policy, created empty (and remembered) when the job has none
+        (upstream's is a struct, never nil)."""
+        if self.spec.run_policy is None:
+            self.spec.run_policy = RunPolicy()
+        return self.spec.run_policy
+
+    @property
+    def suspended(self) -> bool:
+        return bool(self.run_policy.suspend)
+
+    @property
+    def launcher_as_worker(self) -> bool:
+        return bool(self.spec.run_launcher_as_worker)
+
+    def replica(self, replica_type: str) -> ReplicaSpec | None:
+        return (self.spec.mpi_replica_specs or {}).get(replica_type)
+
+    @property
+    def worker_replicas(self) -> int:
+        """``Worker.replicas``; 0 without a Worker spec (upstream workerReplicas)."""
+        worker = self.replica(WORKER)
+        return worker.replicas or 0 if worker is not None else 0
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) and len(value) <= 100 else f"a value of type {type(value).__name__}"
+
+
+def load(document: Any) -> MPIJob:
+    """Load one ``kubeflow.org/v2beta1`` MPIJob document; raise :data:`LoadError` naming every bad field.
+
+    A document nested deeper than ``limits.MAX_OBJECT_DEPTH`` is refused before
+    pydantic sees it (pydantic cannot hold more than 255 levels)."""
+    if not isinstance(document, dict):
+        raise LoadError([("", f"expected a mapping (a Kubernetes object), got {type(document).__name__}")])
+    errors: list[tuple[str, str]] = []
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    if not api_version:
+        errors.append(("apiVersion", "Required value"))
+    elif api_version != API_VERSION:
+        errors.append(("apiVersion", f"Unsupported value: {_shown(api_version)}: supported values: {API_VERSION!r}"))
+    if not kind:
+        errors.append(("kind", "Required value"))
+    elif kind != KIND:
+        errors.append(("kind", f"Unsupported value: {_shown(kind)}: supported values: {KIND!r}"))
+    if "spec" not in document:
+        errors.append(("spec", "Required value"))
+    if errors:
+        raise LoadError(errors)
+    deep = limits.too_deep({key: value for key, value in document.items() if key != "status"})
+    if deep is not None:
+        path, depth = deep
+        raise LoadError([(limits.shorten(path), f"nested {depth} levels deep; kto's limit is "
+                                                f"{limits.MAX_OBJECT_DEPTH} levels")])
+    try:
+        return MPIJob.model_validate(document)
+    except pydantic.ValidationError as exc:
+        raise LoadError([(_field_path(tuple(err["loc"])), err["msg"]) for err in exc.errors()]) from None
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a Kubernetes field path (``spec.mpiReplicaSpecs[Worker].replicas``)."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path = limits.segment(path, part)
+    return path
