@@ -360,9 +360,9 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
         violations: dict[str, list[str]] = {name: [] for name in (
             "jobs_lost", "wrong_terminal_states", "duplicate_pods", "orphans", "children_left_by_finished_jobs",
             "partition_stalls", "dead_letters_unexplained", "process_deaths", "slow_convergence")}
-        await _check_jobs(client, planned, violations)
-        await _check_children(client, planned, violations)
         requests = _requests(stack, context)[log_start:] if settings.real_tier else await _sim_requests(client, log_start)
+        await _check_jobs(client, planned, violations, requests, started)
+        await _check_children(client, planned, violations)
         _check_duplicates(planned, requests, violations)
     dead = await _check_bus(stack.kafka, planned, violations)
     for exit_ in stack.exits():
@@ -478,7 +478,8 @@ def _reached(job: PlannedJob) -> bool:
     return job.final == job.expect
 
 
-async def _check_jobs(client: clients.KubeClient, planned: list[PlannedJob], violations: dict[str, list[str]]) -> None:
+async def _check_jobs(client: clients.KubeClient, planned: list[PlannedJob], violations: dict[str, list[str]],
+                      requests: list[dict[str, Any]], started: float) -> None:
     for job in planned:
         if _reached(job):
             continue
@@ -487,7 +488,23 @@ async def _check_jobs(client: clients.KubeClient, planned: list[PlannedJob], vio
                 f"{job.kind}/{job.name} ({job.case}) never reached {job.expect}: {await _describe(client, job)}")
         else:
             violations["wrong_terminal_states"].append(
-                f"{job.kind}/{job.name} ({job.case}) ended {job.final}, expected {job.expect}")
+                f"{job.kind}/{job.name} ({job.case}) ended {job.final}, expected {job.expect}: "
+                f"{await _describe(client, job)}; writes {_writes(job, requests, started)}")
+
+
+def _writes(job: PlannedJob, requests: list[dict[str, Any]], started: float) -> str:
+    """The API writes on the job and its children, in order (seconds since the run began,
+    verb, resource, name, answer): what a violation's reader looks at first."""
+    wall_started = time.time() - (time.monotonic() - started)
+    trail = []
+    for request in requests:
+        name = str(request.get("name") or "")
+        if request.get("verb") in ("get", "list", "watch") or not (name == job.name or name.startswith(f"{job.name}-")):
+            continue
+        resource = "/".join(str(part) for part in (request.get("resource"), request.get("subresource")) if part)
+        at = float(request.get("time") or wall_started) - wall_started
+        trail.append(f"{at:.1f}s {request.get('verb')} {resource} {name} {request.get('code')}")
+    return "[" + ", ".join(trail) + "]"
 
 
 async def _describe(client: clients.KubeClient, job: PlannedJob) -> str:

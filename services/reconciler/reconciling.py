@@ -21,7 +21,7 @@ from opentelemetry import context as otel_context
 from shared.api import jobs
 from shared.bus import producing, records
 from shared.core import conditions, reconciling, statuses, views
-from shared.kube import clients, connecting, hydrating, resources
+from shared.kube import clients, connecting, hydrating, recording, resources
 from services.reconciler.settings import ReconcilerSettings
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ class Reconciler:
         self._announced: dict[str, tuple[str | None, str, str]] = {}
         """Job key → (uid, reason, message) of the failure verdict this process published."""
         self._decided_on: dict[str, dict[str, Any]] = {}
+        self._warned: dict[str, set[tuple[str, str, str]]] = {}
+        """Job key → (uid, reason, message) of the Warning Events this process recorded."""
         """Job key → the job as its last decision saw it: the old object an update is validated against."""
         operator = settings.operator
         self._podgroups = (
@@ -211,6 +213,7 @@ class Reconciler:
         self._views.pop(job_key, None)
         self._decided_on.pop(job_key, None)
         self._announced.pop(job_key, None)
+        self._warned.pop(job_key, None)
         self._job_seen.pop(job_key, None)
         self._checking.discard(job_key)
         timer = self._timers.pop(job_key, None)
@@ -265,6 +268,7 @@ class Reconciler:
                 await self._announce(key, view, recorded)
         if decision.plan_error is not None:
             await self._decide(key, view, "child_create_failed", reason="PlanError", message=decision.plan_error)
+        await self._warn(client, job_key, job, decision.warnings, now)
         await self._create_all(client, key, view, decision.creates)
         for manifest in decision.updates:
             await self._update(client, key, view, manifest)
@@ -275,6 +279,19 @@ class Reconciler:
         if decision.delete_job:
             await self._delete_job(client, key, view)
         self._arm_timer(job_key, decision.requeue_after)
+
+    async def _warn(
+        self, client: clients.KubeClient, job_key: str, job: jobs.Job, warnings: list[statuses.Event],
+        now: dt.datetime,
+    ) -> None:
+        """Record the decision's Warning Events, each once per job and process: a
+        pass that repeats a decision (a re-delivered record) repeats no Event."""
+        seen = self._warned.setdefault(job_key, set())
+        for event in warnings:
+            mark = (job.metadata.uid or "", event.reason, event.message)
+            if mark not in seen:
+                seen.add(mark)
+                await recording.record(client, job, event, self._settings.instance, now)
 
     async def _record_failure(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict,
@@ -387,9 +404,11 @@ class Reconciler:
         try:
             updated = await client.replace(rt, key.namespace, manifest)
         except clients.ApiError as exc:
-            if exc.conflict or exc.not_found:
-                # The view was stale: the next observation of that child brings a fresh one.
-                return
+            if exc.not_found:
+                return  # gone meanwhile: its deletion is observed, and the next pass creates it
+            # A 409 propagates: the child changed since the view saw it (the HPA
+            # controller writes its HPA's status, and HPAs are not watched), so
+            # settle reads the job afresh and decides again.
             raise
         updated.setdefault("apiVersion", rt.api_version)
         updated.setdefault("kind", rt.kind)

@@ -24,7 +24,7 @@ from opentelemetry import context as otel_context
 from shared.api import common, jobs
 from shared.bus import producing, records
 from shared.core import conditions, defaulting, statuses, validating, views
-from shared.kube import clients, connecting, hydrating, resources
+from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
 
 log = logging.getLogger(__name__)
@@ -277,31 +277,7 @@ class StatusAggregator:
         """Nothing to release: held-back writes are flushed by the consumer on stop."""
 
     async def _record_event(self, client: clients.KubeClient, job: jobs.Job, event: statuses.Event) -> None:
-        now = common.format_time(_now())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{job.name}.", "namespace": job.namespace},
-            "involvedObject": {
-                "apiVersion": jobs.API_VERSION, "kind": job.KIND, "name": job.name,
-                "namespace": job.namespace, "uid": job.metadata.uid or "",
-                "resourceVersion": job.metadata.resource_version or "",
-            },
-            "reason": event.reason,
-            "message": event.message,
-            "type": event.type,
-            "source": {"component": job.CONTROLLER_NAME},
-            "reportingComponent": job.CONTROLLER_NAME,
-            "reportingInstance": self._settings.instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await client.create(resources.EVENTS, job.namespace, body)
-        except clients.ApiError as exc:
-            # Events are best effort, as in client-go's recorder: a lost Event never blocks status.
-            log.warning("event %s for %s/%s not recorded: %s", event.reason, job.namespace, job.name, exc)
+        await recording.record(client, job, event, self._settings.instance, _now())
 
 
 def _controller_uid(pod: dict[str, Any]) -> str | None:

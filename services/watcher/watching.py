@@ -58,12 +58,17 @@ at again every ``discovery_interval``). PodGroups carry no job-name label
 (upstream sets none): they are listed unselected and mapped to their job by the
 controller ownerReference."""
 
+UNLABELLED_TYPES: tuple[resources.ResourceType, ...] = (resources.HPAS, *OPTIONAL_TYPES)
+"""Children upstream gives no job-name label (the elastic HPA, the PodGroups): listed
+unselected and mapped to their job by the controller ownerReference. The HPA is
+watched so that its deletion (on suspend) and edits made to it are seen."""
+
 CHILD_TYPES: tuple[resources.ResourceType, ...] = (
     resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
     resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
-    *OPTIONAL_TYPES,
+    *UNLABELLED_TYPES,
 )
-"""Kinds of children watched (label-selected, except the PodGroups)."""
+"""Kinds of children watched (label-selected, except :data:`UNLABELLED_TYPES`)."""
 
 WATCHED_TYPES: tuple[resources.ResourceType, ...] = (*resources.JOB_TYPES.values(), *CHILD_TYPES)
 """Everything one watcher lists and watches."""
@@ -82,7 +87,7 @@ def slot(kind: str, api_version: str = "") -> str:
 
 def selector_for(rt: resources.ResourceType) -> str | None:
     """The server-side label selector of a watched type (None for the job kinds and PodGroups)."""
-    return None if rt.kind in resources.JOB_TYPES or rt in OPTIONAL_TYPES else CHILD_SELECTOR
+    return None if rt.kind in resources.JOB_TYPES or rt in UNLABELLED_TYPES else CHILD_SELECTOR
 
 
 @dataclasses.dataclass(frozen=True)

@@ -321,7 +321,7 @@ def decide(
     restarting = sum(1 for ref in decision.deletes if ref.reason == "restart")
     if restarting and job.run_policy.backoff_limit is not None:
         decision.restarts = operator_restarts(job) + restarting
-    if any(m.get("kind") == "Pod" for m in decision.creates):
+    if any(m.get("kind") == "Pod" for m in decision.creates) or any(r.reason == "scale-down" for r in decision.deletes):
         decision.warnings = [statuses.Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]
     return decision
 

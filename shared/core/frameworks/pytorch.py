@@ -141,9 +141,52 @@ _STATUS_RULES = passes.master_or_worker_rules(
 """§7.2: the Master decides; without one the Worker does (an elastic job succeeds with its first worker)."""
 
 
+ELASTIC_RANGE_REASON = "ElasticReplicasOutOfRange"
+
+
+def elastic_range(job: jobs.Job) -> tuple[int, int] | None:
+    """(minReplicas, maxReplicas) of an elastic job that states both, else None."""
+    policy = _elastic(job)
+    if policy is None or policy.min_replicas is None or policy.max_replicas is None:
+        return None
+    return policy.min_replicas, policy.max_replicas
+
+
+def elastic_workers(job: jobs.Job) -> int:
+    """The Worker pods an elastic job runs: ``Worker.replicas`` (which ``kubectl scale``
+    and the HPA set through the scale subresource) kept within [minReplicas, maxReplicas].
+    Upstream runs whatever ``replicas`` says; a scale past the bounds torchrun was given
+    (``PET_NNODES=min:max``) would start workers the rendezvous refuses, or stop it below
+    its minimum, so kto holds the count at the nearest bound and says so
+    (:data:`ELASTIC_RANGE_REASON`)."""
+    wanted = base.replicas(job, WORKER)
+    bounds = elastic_range(job)
+    if bounds is None:
+        return wanted
+    low, high = bounds
+    return min(max(wanted, low), high)
+
+
 class PyTorch(base.GenericFramework):
     kind = jobs.PyTorchJob.KIND
     status_selector = True
+
+    def replica_count(self, job: jobs.Job, replica_type: str) -> int:
+        if replica_type == WORKER:
+            return elastic_workers(job)
+        return super().replica_count(job, replica_type)
+
+    def template_warnings(self, job: jobs.Job, operator: settings.OperatorSettings) -> list[tuple[str, str]]:
+        warnings = super().template_warnings(job, operator)
+        bounds = elastic_range(job)
+        wanted = base.replicas(job, WORKER)
+        if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
+            warnings.append((
+                ELASTIC_RANGE_REASON,
+                f"spec.pytorchReplicaSpecs.Worker.replicas: {wanted} is outside spec.elasticPolicy "
+                f"[minReplicas {bounds[0]}, maxReplicas {bounds[1]}]; running {elastic_workers(job)} workers",
+            ))
+        return warnings
 
     def status_rules(self, p: passes.Pass) -> None:
         _STATUS_RULES(p)

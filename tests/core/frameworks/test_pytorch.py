@@ -209,3 +209,26 @@ def test_case_23_hpa_scales_the_job_between_elastic_bounds() -> None:
 def test_no_hpa_without_metrics_or_when_suspended(elastic: dict[str, Any], run_policy: dict[str, Any]) -> None:
     job = make_job(pytorchReplicaSpecs={"Worker": replica(2)}, elasticPolicy=elastic, runPolicy=run_policy)
     assert [c for c in planning.plan(job, OPERATOR) if c["kind"] == "HorizontalPodAutoscaler"] == []
+
+
+@pytest.mark.parametrize(
+    ("replicas", "expected", "warned"),
+    [
+        pytest.param(3, 3, False, id="within-the-bounds"),
+        pytest.param(6, 4, True, id="above-max-held-at-max"),
+        pytest.param(0, 1, True, id="below-min-held-at-min"),
+    ],
+)
+def test_an_elastic_job_runs_its_worker_replicas_held_within_min_and_max(
+    replicas: int, expected: int, warned: bool,
+) -> None:
+    job = make_job(pytorchReplicaSpecs={"Worker": replica(replicas)},
+                   elasticPolicy={"minReplicas": 1, "maxReplicas": 4})
+    workers = [p for p in planning.plan(job, OPERATOR)
+               if p["kind"] == "Pod" and p["metadata"]["name"].startswith("test-job-worker-")]
+    assert len(workers) == expected
+    reasons = {reason: message for reason, message in planning.template_warnings(job, OPERATOR)}
+    assert (pytorch.ELASTIC_RANGE_REASON in reasons) is warned
+    if warned:
+        assert reasons[pytorch.ELASTIC_RANGE_REASON].startswith(
+            f"spec.pytorchReplicaSpecs.Worker.replicas: {replicas} is outside spec.elasticPolicy [minReplicas 1, maxReplicas 4]")
