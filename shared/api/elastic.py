@@ -273,18 +273,27 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
+_SPEC_KEY = re.compile(r"etReplicaSpecs\[(launcher|worker)\]")
+
+
+def _struct_path(path: str) -> str:
+    """``limits`` writes the keys under any ``…ReplicaSpecs`` as map keys (kubeflow's are maps);
+    et-operator's ``etReplicaSpecs`` is a struct: ``etReplicaSpecs.worker``."""
+    return _SPEC_KEY.sub(r"etReplicaSpecs.\1", path)
+
+
 def limit_errors(document: dict[str, Any]) -> list[tuple[str, str]]:
     """kto's limits on one object (``status`` not counted): ``(field path, message)`` for a
     document nested too deep or too big as JSON; empty when within them."""
     deep = limits.too_deep(document)
     if deep is not None:
         path, depth = deep
-        return [(limits.shorten(path), f"nested {depth} levels deep; kto's limit is {limits.MAX_OBJECT_DEPTH} levels")]
+        return [(limits.shorten(_struct_path(path)), f"nested {depth} levels deep; kto's limit is {limits.MAX_OBJECT_DEPTH} levels")]
     measured = {k: v for k, v in document.items() if k != "status"}
     size = limits.json_size(measured)
     if size > limits.MAX_OBJECT_BYTES:
         path, held = limits.largest_field(measured)
-        return [(limits.shorten(path) or "<object>", f"the object is {size} bytes as JSON "
+        return [(limits.shorten(_struct_path(path)) or "<object>", f"the object is {size} bytes as JSON "
                  f"({held} of them here); kto's limit is {limits.MAX_OBJECT_BYTES} bytes")]
     return []
 

@@ -15,6 +15,7 @@ import yaml
 
 from shared.api import common, elastic
 from sim import cluster as sim_cluster
+from tests.deploy.test_crds import walk
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 KINDS = [pytest.param(cls, id=cls.KIND) for cls in (elastic.TrainingJob, elastic.ScaleIn, elastic.ScaleOut)]
@@ -29,17 +30,6 @@ def crd_of(cls: type[elastic.TrainingJob] | type[elastic.ScaleIn] | type[elastic
 def schema_of(cls: Any) -> Schema:
     schema: Schema = crd_of(cls)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
-
-
-def walk(schema: Schema, path: str = "") -> list[tuple[str, Schema]]:
-    nodes = [(path or ".", schema)]
-    for name, child in schema.get("properties", {}).items():
-        nodes += walk(child, f"{path}.{name}")
-    if isinstance(schema.get("additionalProperties"), dict):
-        nodes += walk(schema["additionalProperties"], f"{path}[*]")
-    if "items" in schema:
-        nodes += walk(schema["items"], f"{path}[]")
-    return nodes
 
 
 @pytest.mark.parametrize("cls", KINDS)

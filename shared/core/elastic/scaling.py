@@ -380,4 +380,7 @@ def _scale_out(p: Pass, scaler: elastic.ScaleOut, status: elastic.ScaleOutStatus
         return
     target = statuses.names(p.status.target_workers)
     p.status.target_workers = target + [w for w in added if w not in target]
+    # The launcher now knows every added worker: upstream leaves currentWorkers to the next
+    # Running pass, which rewrites the hostfile once more with the same lines.
+    p.status.current_workers = naming.sorted_workers(p.job.name, hosts)
     _finish(p, scaler, status, None)

@@ -55,7 +55,8 @@ def c41_scale_in_by_count_rewrites_the_hostfile_then_removes_the_highest_worker(
     assert w.conditions(si) == ["Created"]
     w.decide()
     assert w.status.phase == "Scaling" and w.status.current_scaler == "ScaleIn:default/si"
-    assert w.get("si").status and w.get("si").status.phase == "Scaling"
+    started = w.get("si").status
+    assert started is not None and started.phase == "Scaling"
     w.decide()
     assert w.get("si").pod_names == [W[1]]
     w.processes = f"root 1 0 ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no {W[1]} orted"
@@ -68,9 +69,9 @@ def c41_scale_in_by_count_rewrites_the_hostfile_then_removes_the_highest_worker(
     assert w.log[-2:] == [f"delete Service/{W[1]}", f"delete Pod/{W[1]}"]
     w.decide()
     assert w.status.target_workers == [W[0]] and w.status.current_workers == [W[0]]
-    assert w.get("si").status and w.get("si").status.phase == "ScaleSucceeded"
-    assert w.conditions(w.get("si"))[-1] == "ScaleSucceeded"
-    assert w.get("si").status.conditions[-1].reason == "ScalingInSucceeded"  # type: ignore[union-attr]
+    done = w.get("si").status
+    assert done is not None and done.phase == "ScaleSucceeded" and done.conditions
+    assert (done.conditions[-1].type, done.conditions[-1].reason) == ("ScaleSucceeded", "ScalingInSucceeded")
     assert (w.status.phase, w.status.current_scaler) == ("Running", "")
 
 
