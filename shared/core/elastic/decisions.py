@@ -42,7 +42,6 @@ STEP_JOB_PHASE = "job-phase"
 STEP_CHILD_CREATED = "child-created"
 STEP_WAITING = "waiting"
 STEP_BELOW_MINIMUM = "workers-below-minimum"
-STEP_CLEANUP = "cleanup"
 
 
 @dataclasses.dataclass(frozen=True)
