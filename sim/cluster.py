@@ -1,4 +1,4 @@
-"""The local cluster in one process: store, API server, garbage collector, scheduler and kubelet.
+"""The local cluster in one process: store, API server, garbage collector, scheduler, kubelet, Job controller.
 
 In: ``SimSettings``. Out: ``Cluster``, an async context manager serving the Kubernetes API
 on ``.url`` (and writing ``.kubeconfig`` when asked) with the in-process controllers
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sim import collecting, faults, kubelet, nodes, scheduling, serving
+from sim import collecting, faults, jobcontrolling, kubelet, nodes, scheduling, serving
 from sim import settings as sim_settings
 from sim import store as sim_store
 
@@ -78,6 +78,7 @@ class Cluster:
         self.kubelet = kubelet.Kubelet(self.store, self.settings)
         self.server.kubelet = self.kubelet
         self.collector = collecting.GarbageCollector(self.store)
+        self.job_controller = jobcontrolling.JobController(self.store, self.settings)
         self.admin = Admin(self)
         self.kubeconfig: pathlib.Path | None = self.settings.kubeconfig
         self._main: asyncio.Task[None] | None = None
@@ -116,6 +117,7 @@ class Cluster:
                 group.create_task(self.collector.run(), name="sim-garbage-collector")
                 group.create_task(self.scheduler.run(), name="sim-scheduler")
                 group.create_task(self.kubelet.run(), name="sim-kubelet")
+                group.create_task(self.job_controller.run(), name="sim-job-controller")
                 self._started.set()
         except Exception as exc:
             self._failure = exc

@@ -91,15 +91,16 @@ def conflict(resource: str, name: str, why: str | None = None) -> ApiError:
 
 
 def invalid(kind: str, resource: str, name: str, causes: list[dict[str, Any]]) -> ApiError:
-    """422 Invalid, the message listing every cause like kube-apiserver does."""
+    """422 Invalid, the message listing every cause like kube-apiserver does (``Kind.group "name"``)."""
     parts = [f"{c['field']}: {c['message']}" for c in causes]
     summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     plural, group = _split(resource)
     details: dict[str, Any] = {"name": name, "kind": kind} if name else {"kind": kind}
     if group:
         details["group"] = group
+    qualified = f"{kind}.{group}" if group else kind
     return ApiError(
-        422, "Invalid", f'{kind} "{name}" is invalid: {summary}', causes, details=details
+        422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', causes, details=details
     )
 
 

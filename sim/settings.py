@@ -49,3 +49,7 @@ class SimSettings:
 
     startup_delay: float = 0.05
     """Seconds between a pod being bound and its containers running (image pull, start)."""
+
+    job_backoff: float = 10.0
+    """Seconds the Job controller waits before replacing a Job's failed pod, doubled for each
+    further failure since the last success, at most 10 minutes (kube-controller-manager's values)."""

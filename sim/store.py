@@ -40,6 +40,7 @@ Key = tuple[str, str]
 """(namespace or "", name) of an object within one resource."""
 
 CRDS = "customresourcedefinitions.apiextensions.k8s.io"
+JOBS = "jobs.batch"
 NAMESPACES = "namespaces"
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -546,24 +547,20 @@ class Store:
         key = res.key
         if res.status_subresource and key != "nodes":
             obj.pop("status", None)
-        if key in ("pods", "services") and not isinstance(obj.get("spec"), dict):
+        if key in ("pods", "services", JOBS) and not isinstance(obj.get("spec"), dict):
             obj["spec"] = {}
         if key == "pods":
             spec = obj["spec"]
             spec.setdefault("restartPolicy", "Always")
-            spec.setdefault("schedulerName", "default-scheduler")
-            spec.setdefault("terminationGracePeriodSeconds", 30)
-            spec.setdefault("dnsPolicy", "ClusterFirst")
+            _default_pod_spec(spec)
             spec.setdefault("serviceAccountName", "default")
             spec.setdefault("serviceAccount", spec["serviceAccountName"])
-            spec.setdefault("securityContext", {})
             spec.setdefault("enableServiceLinks", True)
             spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
             spec.setdefault("priority", 0)
-            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-                if isinstance(container, dict):
-                    _default_container(container)
             obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+        elif key == JOBS:
+            _prepare_job(obj)
         elif key == "services":
             spec = obj["spec"]
             spec.setdefault("type", "ClusterIP")
@@ -677,7 +674,8 @@ class Store:
         if new == old:
             return old
         skip = ("metadata", "status") if res.status_subresource else ("metadata",)
-        if res.generation and any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip):
+        if res.generation and any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip) \
+                and not _is_binding(res, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
@@ -977,6 +975,17 @@ def _check_schema(res: resources.Resource, obj: Obj, name: str, subresource: str
                           details={"name": name, "group": res.group, "kind": res.kind})
 
 
+def _is_binding(res: resources.Resource, old: Obj, new: Obj) -> bool:
+    """A pod's spec.nodeName set and nothing else of its spec changed: kube-apiserver binds
+    through pods/binding, past the pod strategy, so the pod's generation stays."""
+    if res.key != "pods" or any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in ("metadata",
+                                                                                                   "status", "spec")):
+        return False
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    return not old_spec.get("nodeName") and bool(new_spec.get("nodeName")) and \
+        {k: v for k, v in new_spec.items() if k != "nodeName"} == old_spec
+
+
 def _owner_uids(obj: Obj) -> set[str]:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
     return {r["uid"] for r in refs if isinstance(r, dict) and r.get("uid")}
@@ -1001,6 +1010,78 @@ def _check_pod_update(old: Obj, new: Obj) -> None:
         raise errors.invalid("Pod", "pods", old["metadata"]["name"], [{
             "reason": "FieldValueForbidden", "field": "spec.containers",
             "message": "Forbidden: pod updates may not add or remove containers"}])
+
+
+def _default_pod_spec(spec: Obj) -> None:
+    """The defaults of every pod spec, a pod's or a template's (admission adds the pod-only ones)."""
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if isinstance(container, dict):
+            _default_container(container)
+
+
+def _prepare_job(job: Obj) -> None:
+    """A new Job as kube-apiserver stores it: defaulted, its selector and pod labels generated, validated."""
+    meta = job["metadata"]
+    spec = job["spec"]
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        template = spec["template"] = {}
+    pod_spec = template.get("spec")
+    if not isinstance(pod_spec, dict):
+        pod_spec = template["spec"] = {}
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("manualSelector", False)
+    spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+    _default_pod_spec(pod_spec)
+    causes = _job_causes(job)
+    if not spec["manualSelector"]:
+        generated = {"batch.kubernetes.io/controller-uid": meta["uid"]}
+        given = spec.get("selector")
+        if given:
+            merged = dict(given, matchLabels={**(given.get("matchLabels") or {}), **generated})
+            shown = json.dumps(merged, separators=(",", ":"), sort_keys=True)
+            causes.append({"reason": "FieldValueInvalid", "field": "spec.selector",
+                           "message": f"Invalid value: {shown}: `selector` not auto-generated"})
+        spec["selector"] = {"matchLabels": generated}
+        template_meta = template.setdefault("metadata", {})
+        template_meta["labels"] = {**(template_meta.get("labels") or {}), **generated,
+                                   "batch.kubernetes.io/job-name": meta["name"],
+                                   "controller-uid": meta["uid"], "job-name": meta["name"]}
+    if causes:
+        raise errors.invalid("Job", JOBS, meta["name"], causes)
+    if not meta.get("labels"):
+        # A Job without labels of its own takes its pods' (generated ones included).
+        labels = (template.get("metadata") or {}).get("labels")
+        if labels:
+            meta["labels"] = dict(labels)
+    job["status"] = {}
+
+
+def _job_causes(job: Obj) -> list[dict[str, Any]]:
+    """What kube-apiserver's Job validation refuses, of what a Job author gets wrong."""
+    spec = job["spec"]
+    pod_spec = spec["template"]["spec"]
+    causes = []
+    for field in ("parallelism", "completions", "backoffLimit"):
+        value = spec.get(field)
+        if value is not None and (not isinstance(value, int) or value < 0):
+            causes.append(errors.field_invalid(f"spec.{field}", value, "must be greater than or equal to 0"))
+    if not pod_spec.get("containers"):
+        causes.append({"reason": "FieldValueRequired", "message": "Required value",
+                       "field": "spec.template.spec.containers"})
+    if pod_spec.get("restartPolicy") not in ("OnFailure", "Never"):
+        causes.append(errors.field_required("spec.template.spec.restartPolicy",
+                                            'valid values: "OnFailure", "Never"'))
+    return causes
 
 
 def _default_container(container: Obj) -> None:

@@ -37,7 +37,7 @@ async def test_discovery_lists_builtin_and_registered_kinds(kubectl: sim_fixture
     await install_crds(kubectl)
     after = (await kubectl("api-resources", "--api-group=kubeflow.org", "-o", "name")).stdout.split()
     assert sorted(after) == sorted(p.name.split("_")[1].removesuffix(".yaml") + ".kubeflow.org"
-                                   for p in CRDS.glob("*.yaml"))
+                                   for p in CRDS.glob("kubeflow.org_*.yaml"))
     versions = (await kubectl("api-versions")).stdout.split()
     assert "kubeflow.org/v1" in versions and "v1" in versions
 

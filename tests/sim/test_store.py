@@ -20,6 +20,10 @@ def pod(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[st
     }
 
 
+TEMPLATE = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+"""A Job's pod template that validates."""
+
+
 @pytest.fixture
 def store() -> sim_store.Store:
     return sim_store.Store(settings.SimSettings(watch_window=50, bookmark_interval=0.05))
@@ -42,7 +46,8 @@ async def test_create_sets_uid_timestamp_generation_and_generated_name(store: si
 
 
 async def test_generation_moves_with_spec_only(store: sim_store.Store) -> None:
-    await store.create("jobs.batch", {"metadata": {"name": "j"}, "spec": {"parallelism": 1}}, "default")
+    await store.create("jobs.batch", {"metadata": {"name": "j"}, "spec": {"parallelism": 1, "template": TEMPLATE}},
+                       "default")
     labelled = await store.patch("jobs.batch", "default", "j", {"metadata": {"labels": {"a": "b"}}}, "merge")
     assert labelled["metadata"]["generation"] == 1
     status = await store.patch("jobs.batch", "default", "j", {"status": {"active": 1}}, "merge", "status")
@@ -52,13 +57,14 @@ async def test_generation_moves_with_spec_only(store: sim_store.Store) -> None:
 
 
 async def test_status_subresource_is_kept_apart(store: sim_store.Store) -> None:
-    await store.create("jobs.batch", {"metadata": {"name": "j"}, "spec": {"parallelism": 1}, "status": {"x": 1}}, "default")
+    await store.create("jobs.batch", {"metadata": {"name": "j"}, "spec": {"parallelism": 1, "template": TEMPLATE},
+                                      "status": {"x": 1}}, "default")
     job = await store.get("jobs.batch", "default", "j")
-    assert "status" not in job, "status given on create is dropped"
+    assert job["status"] == {}, "status given on create is dropped"
     job["status"] = {"active": 3}
     job["spec"]["parallelism"] = 5
     updated = await store.update("jobs.batch", job)
-    assert "status" not in updated and updated["spec"]["parallelism"] == 5
+    assert updated["status"] == {} and updated["spec"]["parallelism"] == 5
     updated["status"] = {"active": 2}
     updated["spec"]["parallelism"] = 9
     written = await store.update("jobs.batch", updated, subresource="status")
