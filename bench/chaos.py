@@ -649,20 +649,32 @@ async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str
     return dead
 
 
+STALL_GRACE_S = 20.0
+"""Seconds a group may take to commit past every record that was on the log when it was checked."""
+
+
 async def _lag(kafka: Any, group: str, tps: list[TopicPartition], ends: dict[TopicPartition, int]) -> list[str]:
+    """Partitions whose committed offset does not reach the log end seen at the check within
+    :data:`STALL_GRACE_S` (records still arrive at the end: a status write is observed, a timer
+    fires; what must not happen is a record that stays unfinished)."""
     from shared.bus import reading
 
-    try:
-        committed = await reading.committed_offsets(kafka, group)
-    except Exception as exc:
-        return [f"{group}: committed offsets unreadable: {exc!r}"]
-    stalls = []
-    for tp in tps:
-        done = committed.get(tp.partition)
-        end = ends.get(tp, 0)
-        if end > 0 and (done is None or done < end):
-            stalls.append(f"{group} partition {tp.partition}: committed {done}, log end {end}")
-    return stalls
+    deadline = time.monotonic() + STALL_GRACE_S
+    while True:
+        try:
+            committed = await reading.committed_offsets(kafka, group)
+        except Exception as exc:
+            return [f"{group}: committed offsets unreadable: {exc!r}"]
+        stalls = []
+        for tp in tps:
+            done = committed.get(tp.partition)
+            end = ends.get(tp, 0)
+            if end > 0 and (done is None or done < end):
+                stalls.append(f"{group} partition {tp.partition}: committed {done}, log end {end} "
+                              f"{STALL_GRACE_S:g}s earlier")
+        if not stalls or time.monotonic() > deadline:
+            return stalls
+        await asyncio.sleep(1.0)
 
 
 def dumps(summary: Summary) -> str:

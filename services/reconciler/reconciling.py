@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import secrets
 from typing import Any
 
 from opentelemetry import context as otel_context
 
-from shared.api import jobs
+from shared.api import jobs, mpijobs
 from shared.bus import producing, records
 from shared.core import conditions, reconciling, statuses, views
+from shared.core.mpi_v2 import reconciling as mpi_v2
+from shared.core.mpi_v2 import sshkeys
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.reconciler.settings import ReconcilerSettings
 
@@ -239,6 +242,9 @@ class Reconciler:
 
     async def _reconcile(self, key: records.JobKey, view: views.JobView) -> None:
         assert view.job is not None
+        if key.kind == mpijobs.KIND and mpijobs.is_v2beta1(view.job):
+            await self._reconcile_mpi_v2(key, view)
+            return
         job_key = str(key)
         try:
             job = jobs.load(view.job)
@@ -279,6 +285,46 @@ class Reconciler:
         if decision.delete_job:
             await self._delete_job(client, key, view)
         self._arm_timer(job_key, decision.requeue_after)
+
+    async def _reconcile_mpi_v2(self, key: records.JobKey, view: views.JobView) -> None:
+        """An MPIJob written in kubeflow.org/v2beta1: mpi-operator's sync (spec Part A),
+        decided by :func:`shared.core.mpi_v2.reconciling.decide`. This worker applies its
+        children (creates, the launcher Job's status and updates, deletes); the status
+        worker writes the job's status and Events from the same decision."""
+        assert view.job is not None
+        try:
+            job = mpijobs.load({**view.job, "apiVersion": mpijobs.API_VERSION})
+        except mpijobs.LoadError as exc:
+            await self._announce(key, view, statuses.Verdict(
+                f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}", "validation",
+            ))
+            return
+        decision = mpi_v2.decide(job, self._children(str(key), view), _now(), self._settings.operator, _new_ssh_key)
+        if decision.empty:
+            return
+        client = await self._clusters.get(key.cluster)
+        await self._decide(key, view, "mpi_sync", reason="Sync", message="; ".join(decision.steps)[:4000],
+                           detail={"steps": decision.steps, "error": decision.error})
+        await self._create_all(client, key, view, decision.creates)
+        versions: dict[tuple[str, str], str] = {}
+        for manifest in decision.status_updates:
+            rt = resources.for_manifest(manifest)
+            name = manifest["metadata"]["name"]
+            written = await client.request("PUT", rt.path(key.namespace, name, "status"), body=manifest,
+                                           route=f"{rt.plural}/status")
+            versions[(rt.kind, name)] = str((written.get("metadata") or {}).get("resourceVersion") or "")
+        for manifest in decision.updates:
+            rt = resources.for_manifest(manifest)
+            version = versions.get((rt.kind, manifest["metadata"]["name"]))
+            if version:
+                manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": version}}
+            await self._update(client, key, view, manifest)
+        for ref in decision.deletes:
+            await self._delete(client, key, view, ref)
+        if decision.error is not None:
+            # Upstream returns the error and is called again with back-off: a foreign
+            # child in the way. Looked at again when anything of the job changes.
+            log.warning("%s: %s", key, decision.error)
 
     async def _warn(
         self, client: clients.KubeClient, job_key: str, job: jobs.Job, warnings: list[statuses.Event],
@@ -498,6 +544,10 @@ class Reconciler:
         self._timers.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
+
+
+def _new_ssh_key() -> sshkeys.KeyPair:
+    return sshkeys.from_seed(secrets.token_bytes(sshkeys.SEED_BYTES))
 
 
 def _previous_version(previous: dict[str, Any] | None, current: dict[str, Any]) -> jobs.Job | None:

@@ -21,9 +21,12 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from shared.api import common, jobs
+from shared.api import common, jobs, mpijobs
 from shared.bus import producing, records
 from shared.core import conditions, defaulting, statuses, validating, views
+from shared.core import settings as operator_settings
+from shared.core.mpi_v2 import reconciling as mpi_v2
+from shared.core.mpi_v2 import sshkeys
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
 
@@ -77,9 +80,9 @@ class StatusAggregator:
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
-        observations of jobs and pods; no decision."""
+        observations of jobs, pods and (an MPIJob v2beta1's launcher) batch Jobs; no decision."""
         kind, _, what = type_tag.partition(":")
-        return kind == "observation" and (what == "Pod" or what in jobs.KINDS)
+        return kind == "observation" and (what in STATUS_CHILD_KINDS or what in jobs.KINDS)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record into the key's view (the KeyedConsumer handler); True if
@@ -94,7 +97,7 @@ class StatusAggregator:
             view.observe_job(record.object, record.event == "DELETED")
             if record.omitted and record.event != "DELETED":
                 view.hydrated = False  # too large or deep for a record: read it from the API server
-        elif record.object_kind == "Pod":
+        elif record.object_kind in STATUS_CHILD_KINDS:
             view = self._view(record.key)
             # Scheduling, conditions and IPs do not change the status: nothing to settle.
             return view.observe_child(record.object, record.event == "DELETED") or not view.hydrated
@@ -198,7 +201,15 @@ class StatusAggregator:
         self._prepared[id(view)] = prepared
         return prepared
 
-    def _compute(self, view: views.JobView) -> tuple[jobs.Job, statuses.Outcome] | None:
+    def _compute(self, view: views.JobView) -> tuple[jobs.Job | mpijobs.MPIJob, statuses.Outcome] | None:
+        assert view.job is not None
+        if mpijobs.is_v2beta1(view.job):
+            try:
+                v2 = mpijobs.load({**view.job, "apiVersion": mpijobs.API_VERSION})
+            except mpijobs.LoadError:
+                pass  # failed as any job that does not load, below
+            else:
+                return v2, self._compute_mpi_v2(v2, view)
         prepared = self._prepare(view)
         if prepared is None:
             return None
@@ -214,6 +225,14 @@ class StatusAggregator:
         defaulted = prepared.defaulted or defaulting.set_defaults(job)
         owned = [p for p in pods if _controller_uid(p) in (job.metadata.uid, None) or not job.metadata.uid]
         return job, statuses.compute(defaulted, owned, now, verdict)
+
+    def _compute_mpi_v2(self, job: mpijobs.MPIJob, view: views.JobView) -> statuses.Outcome:
+        """The status and Events of mpi-operator's sync, from the same pure decision the
+        reconciler applies children from (its SSH key and the defaults of the operator
+        settings play no part in the status)."""
+        decision = mpi_v2.decide(job, list(view.children.values()), _now(), _MPI_V2_SETTINGS, _throwaway_key)
+        status = decision.status if decision.status is not None else job.status or common.JobStatus()
+        return statuses.Outcome(status, decision.events)
 
     async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> bool:
         """Write the status if it differs from the stored one; True if written."""
@@ -250,7 +269,8 @@ class StatusAggregator:
         raise clients.ApiError(409, "Conflict", f"status of {key}: still conflicting after retries")
 
     async def _announce(
-        self, client: clients.KubeClient, key: records.JobKey, job: jobs.Job, outcome: statuses.Outcome,
+        self, client: clients.KubeClient, key: records.JobKey, job: jobs.Job | mpijobs.MPIJob,
+        outcome: statuses.Outcome,
         written: dict[str, Any],
     ) -> None:
         latest = (outcome.status.conditions or [common.JobCondition(type="", status="Unknown")])[-1]
@@ -276,8 +296,21 @@ class StatusAggregator:
     def close(self) -> None:
         """Nothing to release: held-back writes are flushed by the consumer on stop."""
 
-    async def _record_event(self, client: clients.KubeClient, job: jobs.Job, event: statuses.Event) -> None:
+    async def _record_event(
+        self, client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob, event: statuses.Event,
+    ) -> None:
         await recording.record(client, job, event, self._settings.instance, _now())
+
+
+STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})
+"""Children a status is computed from: pods, and an MPIJob v2beta1's launcher ``batch/v1`` Job."""
+
+_MPI_V2_SETTINGS = operator_settings.OperatorSettings()
+
+
+def _throwaway_key() -> sshkeys.KeyPair:
+    """The status worker decides as the reconciler does but creates nothing: any key does."""
+    return sshkeys.from_seed(bytes(sshkeys.SEED_BYTES))
 
 
 def _controller_uid(pod: dict[str, Any]) -> str | None:

@@ -6,23 +6,28 @@ Out: the object's :class:`~shared.bus.records.JobKey`
 (``cluster/namespace/kind/name``), or None for an object that belongs to no job.
 
 A job is keyed by itself. A child is keyed by its controller ownerReference
-when that points at a kubeflow.org/v1 job kind, else by its
-``training.kubeflow.org/job-name`` and ``training.kubeflow.org/operator-name``
-labels (``pytorchjob-controller`` → PyTorchJob), as upstream finds children.
+when that points at a kubeflow.org/v1 job kind (or at a kubeflow.org/v2beta1
+MPIJob), else by its ``training.kubeflow.org/job-name`` and
+``training.kubeflow.org/operator-name`` labels (``pytorchjob-controller`` →
+PyTorchJob, ``mpi-operator`` → MPIJob: the pods of an MPIJob v2beta1's
+launcher Job, whose controller is that Job), as upstream finds children. An
+MPIJob has one key whichever of its two versions wrote it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.api import jobs
+from shared.api import jobs, mpijobs
 from shared.bus import records
 from shared.core import naming
 
 LABEL_JOB_NAME = naming.LABEL_JOB_NAME
 LABEL_OPERATOR_NAME = naming.LABEL_OPERATOR_NAME
 
-KIND_BY_CONTROLLER: dict[str, str] = {cls.CONTROLLER_NAME: kind for kind, cls in jobs.KINDS.items()}
+KIND_BY_CONTROLLER: dict[str, str] = {
+    **{cls.CONTROLLER_NAME: kind for kind, cls in jobs.KINDS.items()}, mpijobs.OPERATOR_NAME: mpijobs.KIND,
+}
 """Value of the operator-name label → job kind."""
 
 
@@ -33,8 +38,14 @@ def _key(cluster: str, namespace: str, kind: str, name: str) -> records.JobKey |
 
 
 def is_job(obj: dict[str, Any]) -> bool:
-    """True for an object of one of the six kubeflow.org/v1 job kinds."""
-    return obj.get("apiVersion") == jobs.API_VERSION and obj.get("kind") in jobs.KINDS
+    """True for an object of one of the six kubeflow.org/v1 job kinds, or an MPIJob v2beta1."""
+    return _job_kind(obj.get("apiVersion"), obj.get("kind"))
+
+
+def _job_kind(api_version: Any, kind: Any) -> bool:
+    if api_version == jobs.API_VERSION:
+        return bool(kind in jobs.KINDS)
+    return bool(api_version == mpijobs.API_VERSION and kind == mpijobs.KIND)
 
 
 def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
@@ -46,7 +57,7 @@ def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
     for ref in metadata.get("ownerReferences") or ():
         if not isinstance(ref, dict) or not ref.get("controller"):
             continue
-        if ref.get("apiVersion") == jobs.API_VERSION and ref.get("kind") in jobs.KINDS:
+        if _job_kind(ref.get("apiVersion"), ref.get("kind")):
             return _key(cluster, namespace, str(ref["kind"]), str(ref.get("name") or ""))
     labels = metadata.get("labels") or {}
     kind = KIND_BY_CONTROLLER.get(str(labels.get(LABEL_OPERATOR_NAME) or ""))

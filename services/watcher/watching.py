@@ -66,6 +66,7 @@ watched so that its deletion (on suspend) and edits made to it are seen."""
 CHILD_TYPES: tuple[resources.ResourceType, ...] = (
     resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
     resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
+    resources.SECRETS, resources.BATCH_JOBS,  # an MPIJob v2beta1's SSH Secret and launcher Job
     *UNLABELLED_TYPES,
 )
 """Kinds of children watched (label-selected, except :data:`UNLABELLED_TYPES`)."""

@@ -6,8 +6,20 @@ model fields (type by type, so a field added to a model shows up here).
 What the models cannot say (int64 fields, defaults, the CEL rule on the
 queue, LabelSelector's shape) is in the small tables below.
 
+MPIJob is served in two versions of one CRD, as upstream's two operators
+serve it: ``v1`` (training-operator; the storage version) and ``v2beta1``
+(mpi-operator; its schema is upstream's, kept as data beside this module in
+``crds_mpijob_v2beta1.yaml``). The conversion strategy is None — the API
+server only rewrites ``apiVersion`` — so each version's schema also carries
+the other's fields (without defaults), or a read in one version would prune
+what was written in the other. The v2beta1 defaults (``mpiImplementation:
+OpenMPI`` …) are stored with every object written in v2beta1, which is how
+kto tells which operator's behaviour a stored MPIJob asked for
+(:func:`shared.api.mpijobs.is_v2beta1`).
+
 ``python -m shared.api.crds DIR`` writes ``DIR/kubeflow.org_<plural>.yaml``;
-that script entry point is the only code here that touches the file system.
+that script entry point and the reading of the v2beta1 schema are the only
+code here that touches the file system.
 """
 
 from __future__ import annotations
@@ -188,6 +200,48 @@ def _subresources(cls: type[jobs.Job]) -> Schema:
     return subresources
 
 
+_MPI_V2BETA1 = Path(__file__).with_name("crds_mpijob_v2beta1.yaml")
+
+
+def _without_defaults(schema: Schema) -> Schema:
+    """A schema node and its children without ``default``: a version's defaults apply to
+    objects written in that version only."""
+    out = {key: value for key, value in schema.items() if key != "default"}
+    for key in ("properties",):
+        if key in out:
+            out[key] = {name: _without_defaults(child) for name, child in out[key].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _without_defaults(out[key])
+    return out
+
+
+def _union(into: Schema, other: Schema) -> None:
+    """Add to ``into`` every property of ``other`` it lacks (without defaults), at every depth."""
+    if into.get("x-kubernetes-preserve-unknown-fields") or "properties" not in other:
+        return
+    properties = into.setdefault("properties", {})
+    for name, child in other["properties"].items():
+        if name not in properties:
+            properties[name] = _without_defaults(child)
+        else:
+            _union(properties[name], child)
+    for key in ("items", "additionalProperties"):
+        if isinstance(into.get(key), dict) and isinstance(other.get(key), dict):
+            _union(into[key], other[key])
+
+
+def _mpi_versions(v1: Schema) -> list[Schema]:
+    """v1 (storage) and v2beta1 (served), each schema carrying the other's fields."""
+    v2 = yaml.safe_load(_MPI_V2BETA1.read_text())
+    v1_schema = v1["schema"]["openAPIV3Schema"]
+    v2_schema = v2["schema"]["openAPIV3Schema"]
+    original_v1 = copy.deepcopy(v1_schema)
+    _union(v1_schema, v2_schema)
+    _union(v2_schema, original_v1)
+    return [v1, v2]
+
+
 def crd(cls: type[jobs.Job]) -> dict[str, Any]:
     """The CustomResourceDefinition of one kind (a fresh dict sharing nothing)."""
     definition: dict[str, Any] = {
@@ -216,7 +270,10 @@ def crd(cls: type[jobs.Job]) -> dict[str, Any]:
         },
     }
     # The tables above are shared between kinds; no aliasing in the result.
-    return copy.deepcopy(definition)
+    definition = copy.deepcopy(definition)
+    if cls is jobs.MPIJob:
+        definition["spec"]["versions"] = _mpi_versions(definition["spec"]["versions"][0])
+    return definition
 
 
 def file_name(cls: type[jobs.Job]) -> str:

@@ -17,7 +17,7 @@ own operator name (``mpi-operator``) and none of the v1 plugin machinery.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic
 
@@ -27,6 +27,8 @@ GROUP = jobs.GROUP
 VERSION = "v2beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "MPIJob"
+OPERATOR_NAME = "mpi-operator"
+"""The ``training.kubeflow.org/operator-name`` of its pods (v1's is ``mpijob-controller``)."""
 PLURAL = "mpijobs"
 SINGULAR = "mpijob"
 
@@ -89,6 +91,10 @@ class MPIJobSpec(common.Model):
 class MPIJob(common.Model):
     """An MPIJob of ``kubeflow.org/v2beta1``."""
 
+    KIND: ClassVar[str] = KIND
+    CONTROLLER_NAME: ClassVar[str] = "mpi-job-controller"
+    """mpi-operator's event source component (its controllerAgentName)."""
+
     api_version: str = API_VERSION
     kind: str = KIND
     metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
@@ -127,6 +133,19 @@ class MPIJob(common.Model):
         """``Worker.replicas``; 0 without a Worker spec (upstream workerReplicas)."""
         worker = self.replica(WORKER)
         return worker.replicas or 0 if worker is not None else 0
+
+
+def is_v2beta1(document: Any) -> bool:
+    """Whether a stored MPIJob was written in ``kubeflow.org/v2beta1``, whichever version
+    it is read in: the v2beta1 schema defaults ``spec.mpiImplementation``, which the v1
+    API has no field for, so every object written through v2beta1 carries it (the CRD
+    converts with strategy None: only ``apiVersion`` differs between the versions)."""
+    if not isinstance(document, dict):
+        return False
+    if document.get("apiVersion") == API_VERSION:
+        return True
+    spec = document.get("spec")
+    return isinstance(spec, dict) and spec.get("mpiImplementation") is not None
 
 
 def _shown(value: Any) -> str:

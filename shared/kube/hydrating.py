@@ -18,6 +18,9 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 MPI_APP_TYPES = (resources.CONFIGMAPS, resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS)
 """MPIJob children that upstream labels only with ``app: <job>``."""
 
+MPI_V2_TYPES = (resources.SERVICES, resources.SECRETS, resources.BATCH_JOBS)
+"""MPIJob v2beta1 children besides its pods and ConfigMap (which the ``app`` LIST finds)."""
+
 
 def child_types(
     kind: str, pods_only: bool = False, podgroups: resources.ResourceType | None = None,
@@ -25,10 +28,13 @@ def child_types(
     """(resource type, label key) pairs to list for a job of ``kind`` (label key
     "": read by the job's name); ``podgroups``: the PodGroup kind of gang mode."""
     if pods_only:
-        return [(resources.PODS, JOB_NAME_LABEL)]
+        # An MPIJob v2beta1's state is its launcher Job's: the status needs it too.
+        return [(resources.PODS, JOB_NAME_LABEL), *([(resources.BATCH_JOBS, JOB_NAME_LABEL)] if kind == "MPIJob" else [])]
     types = [(resources.PODS, JOB_NAME_LABEL)]
     if kind == "MPIJob":
         types += [(rt, "app") for rt in MPI_APP_TYPES]
+        # Which version wrote the job is known once it is read: list v2beta1's children too.
+        types += [(rt, JOB_NAME_LABEL) for rt in MPI_V2_TYPES]
     else:
         types.append((resources.SERVICES, JOB_NAME_LABEL))
     if kind == "PyTorchJob":

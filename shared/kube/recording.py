@@ -13,21 +13,21 @@ import datetime as dt
 import logging
 from typing import Any
 
-from shared.api import common, jobs
+from shared.api import common, jobs, mpijobs
 from shared.core import statuses
 from shared.kube import clients, resources
 
 log = logging.getLogger("kto.kube.events")
 
 
-def event_body(job: jobs.Job, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
+def event_body(job: jobs.Job | mpijobs.MPIJob, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
     at = common.format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{job.name}.", "namespace": job.namespace},
         "involvedObject": {
-            "apiVersion": jobs.API_VERSION, "kind": job.KIND, "name": job.name,
+            "apiVersion": job.api_version, "kind": job.KIND, "name": job.name,
             "namespace": job.namespace, "uid": job.metadata.uid or "",
             "resourceVersion": job.metadata.resource_version or "",
         },
@@ -44,7 +44,8 @@ def event_body(job: jobs.Job, event: statuses.Event, instance: str, now: dt.date
 
 
 async def record(
-    client: clients.KubeClient, job: jobs.Job, event: statuses.Event, instance: str, now: dt.datetime,
+    client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob, event: statuses.Event, instance: str,
+    now: dt.datetime,
 ) -> None:
     try:
         await client.create(resources.EVENTS, job.namespace, event_body(job, event, instance, now))

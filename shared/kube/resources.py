@@ -45,6 +45,9 @@ NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
 ROLES = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLEBINDINGS = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
+SECRETS = ResourceType("", "v1", "secrets", "Secret")
+BATCH_JOBS = ResourceType("batch", "v1", "jobs", "Job")
+PRIORITY_CLASSES = ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
 VOLCANO_PODGROUPS = ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 PLUGINS_PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
@@ -55,6 +58,9 @@ JOB_TYPES: dict[str, ResourceType] = {
 }
 """The six job kinds, keyed by kind."""
 
+MPIJOBS_V2BETA1 = ResourceType(jobs.GROUP, "v2beta1", jobs.MPIJob.PLURAL, jobs.MPIJob.KIND)
+"""The same MPIJobs, read and written in mpi-operator's version (one CRD, two versions)."""
+
 CHILD_TYPES: tuple[ResourceType, ...] = (
     PODS,
     SERVICES,
@@ -63,13 +69,17 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
     ROLES,
     ROLEBINDINGS,
     HPAS,
+    SECRETS,
+    BATCH_JOBS,
     VOLCANO_PODGROUPS,
     PLUGINS_PODGROUPS,
 )
 """Every kind of child object a job can own."""
 
 _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
-    (rt.api_version, rt.kind): rt for rt in (*CHILD_TYPES, *JOB_TYPES.values(), EVENTS, LEASES, NAMESPACES, CRDS)
+    (rt.api_version, rt.kind): rt for rt in (
+        *CHILD_TYPES, *JOB_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES, CRDS, PRIORITY_CLASSES,
+    )
 }
 
 

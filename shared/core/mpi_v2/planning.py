@@ -33,7 +33,7 @@ from shared.core.mpi_v2 import scheduling, sshkeys
 
 Manifest = common.Manifest
 
-OPERATOR_NAME = "mpi-operator"
+OPERATOR_NAME = mpijobs.OPERATOR_NAME
 """Value of the ``training.kubeflow.org/operator-name`` label on launcher and worker pods."""
 ROLE_LAUNCHER = "launcher"
 ROLE_WORKER = "worker"
