@@ -561,6 +561,7 @@ class JobController:
         releasing: list[Obj] = []
         succeeded_uids = list(uncounted.get("succeeded") or ())
         failed_uids = list(uncounted.get("failed") or ())
+        capped = False
         for pod in ctx.pods:
             if not _tracked(pod):
                 continue
@@ -578,6 +579,8 @@ class JobController:
                     failed_uids.append(uid)
                     flush = True
             if len(succeeded_uids) + len(failed_uids) >= MAX_UNCOUNTED:
+                # The rest in a later sync (the writes bring one): the Job cannot finish before.
+                capped = True
                 break
         uncounted["succeeded"], uncounted["failed"] = succeeded_uids, failed_uids
         conditions = status["conditions"]
@@ -598,8 +601,8 @@ class JobController:
             await self._drop_finalizer(pod)
             with_finalizer.discard(_uid(pod))
         flush = self._count_released(status, with_finalizer) or flush
-        if ctx.finished is not None and not uncounted.get("succeeded") and not uncounted.get("failed") \
-                and ctx.terminating == 0:
+        if ctx.finished is not None and not capped and not uncounted.get("succeeded") \
+                and not uncounted.get("failed") and ctx.terminating == 0:
             ensure_condition(conditions, ctx.finished[0], "True", ctx.finished[1], ctx.finished[2])
             if ctx.finished[0] == "Complete":
                 status["completionTime"] = (_condition(conditions, "Complete") or {}).get("lastTransitionTime")

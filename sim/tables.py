@@ -223,14 +223,32 @@ def _namespace_cells(ns: Obj) -> list[Any]:
             age(ns["metadata"].get("creationTimestamp"))]
 
 
+_JOB_STATES = (("Complete", "Complete"), ("Failed", "Failed"), ("", "Terminating"), ("Suspended", "Suspended"),
+               ("FailureTarget", "FailureTarget"), ("SuccessCriteriaMet", "SuccessCriteriaMet"))
+"""kubectl's Job STATUS: the first of these conditions that is True ("" stands for being deleted)."""
+
+
 def _job_cells(job: Obj) -> list[Any]:
     status = job.get("status") or {}
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    state = "Complete" if conditions.get("Complete") == "True" else (
-        "Failed" if conditions.get("Failed") == "True" else "Running")
-    completions = (job.get("spec") or {}).get("completions", 1)
-    return [job["metadata"]["name"], state, f"{status.get('succeeded', 0)}/{completions}", "",
-            age(job["metadata"].get("creationTimestamp"))]
+    spec = job.get("spec") or {}
+    true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    deleting = bool(job["metadata"].get("deletionTimestamp"))
+    state = next((shown for kind, shown in _JOB_STATES if (kind in true if kind else deleting)), "Running")
+    succeeded = status.get("succeeded", 0)
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{spec['completions']}"
+    elif (spec.get("parallelism") or 0) > 1:
+        completions = f"{succeeded}/1 of {spec['parallelism']}"
+    else:
+        completions = f"{succeeded}/1"
+    duration = ""
+    started = status.get("startTime")
+    if started:
+        end = status.get("completionTime") or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        seconds = (datetime.datetime.fromisoformat(end.replace("Z", "+00:00"))
+                   - datetime.datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds()
+        duration = human_duration(seconds)
+    return [job["metadata"]["name"], state, completions, duration, age(job["metadata"].get("creationTimestamp"))]
 
 
 def _event_cells(ev: Obj) -> list[Any]:

@@ -387,3 +387,19 @@ async def test_job_defaults_and_validation(pair: Pair, body: Obj) -> None:
         return status_of(created)
 
     await pair.run(scenario)
+
+
+async def test_kubectl_get_jobs(pair: Pair) -> None:
+    async def scenario(api: Api, ns: str) -> Any:
+        await api.request("POST", batch_jobs(ns), job("done", {"sim.kto.dev/duration": "200ms"}))
+        await api.request("POST", batch_jobs(ns), job("held", suspend=True, parallelism=3))
+        await api.request("POST", batch_jobs(ns), job("pair", suspend=True, parallelism=2, completions=2))
+        await api.wait_for(batch_jobs(ns, "done"), terminal, JOB_TIMEOUT)
+        for name in ("held", "pair"):
+            await api.wait_for(batch_jobs(ns, name), lambda r: "Suspended" in conditions(r), JOB_TIMEOUT)
+        listed = await _kubectl(api, ns, "get", "jobs")
+        # NAME STATUS COMPLETIONS; DURATION and AGE are times.
+        rows = [re.split(r"\s{2,}", line)[:3] for line in listed["stdout"].splitlines()]
+        return {"code": listed["code"], "rows": rows, "stderr": listed["stderr"]}
+
+    await pair.run(scenario, pods=True)
