@@ -14,16 +14,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import secrets
 from typing import Any
 
 from opentelemetry import context as otel_context
 
 from shared.api import jobs, mpijobs
+from shared import keygen
 from shared.bus import producing, records
 from shared.core import conditions, reconciling, statuses, views
 from shared.core.mpi_v2 import reconciling as mpi_v2
-from shared.core.mpi_v2 import sshkeys
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.reconciler.settings import ReconcilerSettings
 
@@ -299,7 +298,7 @@ class Reconciler:
                 f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}", "validation",
             ))
             return
-        decision = mpi_v2.decide(job, self._children(str(key), view), _now(), self._settings.operator, _new_ssh_key)
+        decision = mpi_v2.decide(job, self._children(str(key), view), _now(), self._settings.operator, keygen.mpi_key_pair)
         if decision.empty:
             return
         client = await self._clusters.get(key.cluster)
@@ -544,10 +543,6 @@ class Reconciler:
         self._timers.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
-
-
-def _new_ssh_key() -> sshkeys.KeyPair:
-    return sshkeys.from_seed(secrets.token_bytes(sshkeys.SEED_BYTES))
 
 
 def _previous_version(previous: dict[str, Any] | None, current: dict[str, Any]) -> jobs.Job | None:

@@ -306,11 +306,12 @@ STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})
 """Children a status is computed from: pods, and an MPIJob v2beta1's launcher ``batch/v1`` Job."""
 
 _MPI_V2_SETTINGS = operator_settings.OperatorSettings()
+_THROWAWAY = sshkeys.KeyPair(b"", b"")
 
 
 def _throwaway_key() -> sshkeys.KeyPair:
     """The status worker decides as the reconciler does but creates nothing: any key does."""
-    return sshkeys.from_seed(bytes(sshkeys.SEED_BYTES))
+    return _THROWAWAY
 
 
 def _controller_uid(pod: dict[str, Any]) -> str | None:

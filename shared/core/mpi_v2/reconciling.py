@@ -311,7 +311,7 @@ def decide(
     """The decision of one sync of ``job`` (A.7), given everything observed for it.
 
     ``new_ssh_key`` is called only when the Secret must be created or regenerated
-    (the service layer passes ``lambda: sshkeys.from_seed(secrets.token_bytes(sshkeys.SEED_BYTES))``).
+    (the service layer passes ``shared.keygen.mpi_key_pair``).
     ``priorities``: PriorityClass name → value, for the PodGroup's minResources."""
     decision = Decision()
     job = defaulting.set_defaults(job)

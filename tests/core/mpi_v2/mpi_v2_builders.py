@@ -14,7 +14,8 @@ EARLIER = "2024-01-01T00:00:00Z"
 OPERATOR = settings.OperatorSettings()
 VOLCANO = settings.OperatorSettings(gang_scheduler_name="volcano")
 PLUGINS = settings.OperatorSettings(gang_scheduler_name="scheduler-plugins-scheduler")
-KEYS = sshkeys.from_seed(bytes(range(sshkeys.SEED_BYTES)))
+KEYS = sshkeys.KeyPair(b"-----BEGIN EC PRIVATE KEY-----\nfixed\n-----END EC PRIVATE KEY-----\n",
+                       b"ecdsa-sha2-nistp521 AAAAfixed\n")
 
 
 def new_key() -> sshkeys.KeyPair:

@@ -210,40 +210,6 @@ def test_the_ssh_secret_holds_the_key_pair_base64_encoded() -> None:
     assert not planning.secret_is_complete({**secret, "data": {"ssh-privatekey": "eA=="}})
 
 
-# The public key of the seed bytes(range(74)), as `ssh-keygen -y` derives it from the PEM below
-# (and `openssl ec -check` accepts the PEM).
-VECTOR_PUBLIC = (
-    "ecdsa-sha2-nistp521 AAAAE2VjZHNhLXNoYTItbmlzdHA1MjEAAAAIbmlzdHA1MjEAAACFBABnNYk/XIcQPElhIw7NdoN9K5aQ4uWqONMpvUQMH"
-    "dwDFsr7GDsc7OchlSXpUpTrBplfhhPYhNaMOs2wdUTrM2MlOgBS4xfYsZGRBWe23BLsU+sxVOu9fRA+D2XJAMIESh3IbxKv25VpwkIJdcB1uLLIcLr"
-    "Gtcghefyka3iATuPyjek83w==\n"
-)
-VECTOR_PRIVATE = """-----BEGIN EC PRIVATE KEY-----
-MIHcAgEBBEIACQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISUAF+v+MMubG2FYluOB
-9PukQBfgkC7Ojgfv4y+EGSrb/K3oG3vvnCqgBwYFK4EEACOhgYkDgYYABABnNYk/
-XIcQPElhIw7NdoN9K5aQ4uWqONMpvUQMHdwDFsr7GDsc7OchlSXpUpTrBplfhhPY
-hNaMOs2wdUTrM2MlOgBS4xfYsZGRBWe23BLsU+sxVOu9fRA+D2XJAMIESh3IbxKv
-25VpwkIJdcB1uLLIcLrGtcghefyka3iATuPyjek83w==
------END EC PRIVATE KEY-----
-"""
-
-
-def test_a_seed_gives_an_ecdsa_p521_key_pair_in_upstream_s_encodings() -> None:
-    keys = sshkeys.from_seed(bytes(range(sshkeys.SEED_BYTES)))
-    assert keys == sshkeys.KeyPair(VECTOR_PRIVATE.encode(), VECTOR_PUBLIC.encode())
-
-
-def test_the_generator_is_the_public_point_of_scalar_one() -> None:
-    x, y = sshkeys.public_point(1)
-    assert (x, y) == (sshkeys._GX, sshkeys._GY)
-    assert (y * y - (x**3 - 3 * x + sshkeys._B)) % sshkeys._P == 0
-
-
-@pytest.mark.parametrize("seed", [b"", bytes(73)], ids=["empty", "one-byte-short"])
-def test_a_short_seed_is_refused(seed: bytes) -> None:
-    with pytest.raises(ValueError):
-        sshkeys.from_seed(seed)
-
-
 def test_resuming_syncs_scheduling_directives_onto_the_launcher_template() -> None:
     job = b.defaulted(launcher_pod_spec={"nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k"}]})
     current = b.launcher(job, suspend=True)

@@ -1,0 +1,42 @@
+"""SSH key pairs for the Secrets kto creates, made with the ``cryptography`` package.
+
+In: nothing (the operating system's randomness). Out: the key pair types of
+the pure core, encoded as each upstream operator encodes them:
+
+* MPIJob v2beta1 (mpi-operator, spec A.8.3): ECDSA P-521, the private key as
+  a SEC1 PEM ``EC PRIVATE KEY``, the public key in ``authorized_keys`` form;
+* TrainingJob (et-operator, spec B.6.5): RSA 1024-bit, the private key as a
+  PKCS#1 PEM ``RSA PRIVATE KEY``, the public key in ``authorized_keys`` form.
+
+Service code calls these when a decision needs a Secret; the core never draws
+randomness.
+"""
+
+from __future__ import annotations
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from shared.core.elastic import planning as elastic_planning
+from shared.core.mpi_v2 import sshkeys
+
+RSA_BITS = 1024
+"""et-operator's key size (upstream's choice, kept for wire compatibility of the Secret)."""
+
+
+def _openssh_public(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n"
+
+
+def mpi_key_pair() -> sshkeys.KeyPair:
+    key = ec.generate_private_key(ec.SECP521R1())
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption())
+    return sshkeys.KeyPair(private_pem=private, public_openssh=_openssh_public(key))
+
+
+def training_job_key_pair() -> elastic_planning.KeyPair:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption())
+    return elastic_planning.KeyPair(private_key_pem=private.decode(), public_key=_openssh_public(key).decode())
