@@ -18,10 +18,13 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from shared.api import jobs, mpijobs
+from shared.api import common, elastic, jobs, mpijobs
 from shared import keygen
 from shared.bus import producing, records
 from shared.core import conditions, reconciling, statuses, views
+from shared.core.elastic import decisions as et_decisions
+from shared.core.elastic import reconciling as et
+from shared.core.elastic import scaling as et_scaling
 from shared.core.mpi_v2 import reconciling as mpi_v2
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.reconciler.settings import ReconcilerSettings
@@ -34,6 +37,10 @@ a verdict is taken from the job (``kto.dev/failure``), never from a record."""
 CONFLICT_RETRY_AFTER = 0.5
 """Seconds before a key whose API write met 409 Conflict is read afresh and settled again."""
 CONCURRENT_KINDS = frozenset({"Pod", "Service"})
+RECONCILED_KINDS = frozenset({*jobs.KINDS, elastic.TrainingJob.KIND})
+"""Job kinds of the keys this worker reconciles."""
+MAX_EXECS = 4
+"""Commands one TrainingJob pass may run in its launcher (the core asks for at most two)."""
 """Children created concurrently; the others are created first, one by one, in plan order."""
 
 
@@ -86,7 +93,7 @@ class Reconciler:
         if self._sweeper is None and self._settings.check_after > 0:
             self._sweeper = self._loop.create_task(self._sweep_forever(), name="reconciler stale-job sweep")
         key = records.JobKey.parse(record.key)
-        if key.kind not in jobs.KINDS:
+        if key.kind not in RECONCILED_KINDS:
             return False
         view = self._views.setdefault(record.key, views.JobView())
         if isinstance(record, records.Decision):
@@ -97,7 +104,7 @@ class Reconciler:
             return record.action == "timer_fired"
         if record.event == "DELETED":
             self._deletion_seen(record.key, record.object)
-        if record.object_kind in jobs.KINDS:
+        if record.object_kind in RECONCILED_KINDS:
             self._job_seen[record.key] = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
             if (record.omitted or record.redacted) and record.event != "DELETED":
@@ -150,6 +157,7 @@ class Reconciler:
             if view.job is None and known is not None:
                 await self._deleted_unobserved(key, known)
         if view.job is None:
+            await self._scalers_wait(key, view)
             self._forget(job_key)
             return
         await self._reconcile(key, view)
@@ -244,6 +252,9 @@ class Reconciler:
         if key.kind == mpijobs.KIND and mpijobs.is_v2beta1(view.job):
             await self._reconcile_mpi_v2(key, view)
             return
+        if key.kind == elastic.TrainingJob.KIND:
+            await self._reconcile_training_job(key, view)
+            return
         job_key = str(key)
         try:
             job = jobs.load(view.job)
@@ -324,6 +335,138 @@ class Reconciler:
             # Upstream returns the error and is called again with back-off: a foreign
             # child in the way. Looked at again when anything of the job changes.
             log.warning("%s: %s", key, decision.error)
+
+    async def _reconcile_training_job(self, key: records.JobKey, view: views.JobView) -> None:
+        """An et-operator TrainingJob (spec Part B), decided by
+        :func:`shared.core.elastic.reconciling.decide`. Its status is its state machine
+        (the phase says which provisioning step comes next), so this worker writes it,
+        with its scalers' statuses, after the children; the status worker leaves
+        TrainingJobs alone. Commands the decision asks to run in the launcher (the
+        hostfile rewrite, a scaler's script, the process probe) are run here and fed
+        back until it asks for none; every step goes to the topic as a decision record."""
+        assert view.job is not None
+        client = await self._clusters.get(key.cluster)
+        now = _now()
+        try:
+            job = elastic.load_training_job(view.job)
+        except elastic.LoadError as exc:
+            await self._fail_unloadable_training_job(client, key, view, exc, now)
+            return
+        scalers, children = self._scalers_and_children(key, view)
+        executed: list[et_decisions.ExecResult] = []
+        decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
+                             settings=self._settings.elastic, executed=executed)
+        while decision.execs and len(executed) < MAX_EXECS:
+            for command in decision.execs:
+                result = await self._exec(client, command)
+                executed.append(result)
+                await self._decide(key, view, "launcher_exec", child_kind="Pod", child_name=command.pod,
+                                   reason=command.purpose, message=command.script[:4000],
+                                   detail={"ok": result.ok, "output": result.output[:2000]})
+                if not result.ok:
+                    break
+            decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
+                                 settings=self._settings.elastic, executed=executed)
+        await self._apply_training_job(client, key, view, job, decision, now)
+
+    def _scalers_and_children(
+        self, key: records.JobKey, view: views.JobView,
+    ) -> tuple[list[elastic.Scaler], list[dict[str, Any]]]:
+        scalers: list[elastic.Scaler] = []
+        children: list[dict[str, Any]] = []
+        for child in self._children(str(key), view):
+            if child.get("kind") not in resources.SCALER_TYPES:
+                children.append(child)
+                continue
+            try:
+                scalers.append(elastic.load_scaler(child))
+            except elastic.LoadError as exc:
+                log.warning("%s: %s %s does not load: %s", key, child.get("kind"),
+                            (child.get("metadata") or {}).get("name"), exc)
+        return scalers, children
+
+    async def _scalers_wait(self, key: records.JobKey, view: views.JobView) -> None:
+        """Scalers that name a TrainingJob that does not exist stay unbound (spec B.11):
+        said once on the topic per scaler, for whoever reads the job's history."""
+        if key.kind != elastic.TrainingJob.KIND:
+            return
+        scalers, _ = self._scalers_and_children(key, view)
+        for scaler in scalers:
+            decision = et_scaling.bind(scaler, None, _now())
+            for step in decision.steps:
+                await self._decide(key, view, "elastic_step", child_kind=scaler.KIND, child_name=scaler.name,
+                                   reason=step.kind, message=step.detail,
+                                   record_id=records.deterministic_id(scaler.metadata.uid or "", step.kind))
+
+    async def _exec(self, client: clients.KubeClient, command: et_decisions.Exec) -> et_decisions.ExecResult:
+        try:
+            answer = await client.exec(command.namespace, command.pod, command.container, list(command.command))
+        except clients.ApiError as exc:
+            return et_decisions.ExecResult(command, False, exc.message or str(exc))
+        if answer.exit_code != 0:
+            return et_decisions.ExecResult(command, False, answer.stderr or answer.stdout or f"exit code {answer.exit_code}")
+        return et_decisions.ExecResult(command, True, answer.stdout)
+
+    async def _apply_training_job(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, job: elastic.TrainingJob,
+        decision: et_decisions.Decision, now: dt.datetime,
+    ) -> None:
+        """In the core's order: scaler ownerReferences, creates, deletes, scaler statuses,
+        the job's status; then Events and the steps."""
+        for update in decision.scalers:
+            if update.owner_reference is not None:
+                rt = resources.SCALER_TYPES[update.kind]
+                written = await client.patch(rt, update.namespace, update.name,
+                                             {"metadata": {"ownerReferences": [update.owner_reference]}})
+                view.observe_child(written, deleted=False)
+        await self._create_all(client, key, view, decision.creates)
+        for ref in decision.deletes:
+            await self._delete(client, key, view, ref)
+        for update in decision.scalers:
+            if update.status is None:
+                continue
+            rt = resources.SCALER_TYPES[update.kind]
+            current = view.children.get((update.kind, update.name))
+            if current is None:
+                continue  # gone meanwhile
+            body = {**current, "status": update.status.dump()}
+            written = await client.request("PUT", rt.path(update.namespace, update.name, "status"), body=body,
+                                           route=f"{rt.plural}/status")
+            view.observe_child(written, deleted=False)
+        if decision.status is not None and view.job is not None:
+            rt = resources.TRAININGJOBS
+            written = await client.request("PUT", rt.path(key.namespace, key.name, "status"),
+                                           body={**view.job, "status": decision.status.dump()},
+                                           route=f"{rt.plural}/status")
+            view.replace_job(written)
+        for event in decision.events:
+            await recording.record(client, job, event, self._settings.instance, now)
+        for step in decision.steps:
+            await self._decide(key, view, "elastic_step", child_name=step.subject, reason=step.kind,
+                               message=step.detail)
+        if decision.requeue_after is not None:
+            self._arm_timer(str(key), decision.requeue_after)
+
+    async def _fail_unloadable_training_job(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, exc: elastic.LoadError,
+        now: dt.datetime,
+    ) -> None:
+        """A TrainingJob whose fields do not load (a wrongly typed field): Failed, naming
+        the field paths, once; nothing is created for it."""
+        assert view.job is not None
+        message = f"TrainingJob {key.name} failed validation because {exc}"
+        status = view.job.get("status") if isinstance(view.job.get("status"), dict) else {}
+        if (status or {}).get("phase") == "Failed":
+            return
+        condition = {"type": "Failed", "status": "True", "reason": "TrainingJobFailedValidation",
+                     "message": message, "lastUpdateTime": common.format_time(now), "lastTransitionTime": common.format_time(now)}
+        body = {**view.job, "status": {**(status or {}), "phase": "Failed",
+                                       "conditions": [*((status or {}).get("conditions") or []), condition]}}
+        rt = resources.TRAININGJOBS
+        written = await client.request("PUT", rt.path(key.namespace, key.name, "status"), body=body,
+                                       route=f"{rt.plural}/status")
+        view.replace_job(written)
+        await self._announce(key, view, statuses.Verdict("TrainingJobFailedValidation", message, "validation"))
 
     async def _warn(
         self, client: clients.KubeClient, job_key: str, job: jobs.Job, warnings: list[statuses.Event],

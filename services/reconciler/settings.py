@@ -8,6 +8,7 @@ import pathlib
 import socket
 import uuid
 
+from shared.core.elastic.settings import ElasticSettings
 from shared.core.settings import OperatorSettings
 
 
@@ -27,6 +28,9 @@ class ReconcilerSettings:
 
     operator: OperatorSettings = OperatorSettings()
     """Flags that shape the children (gang scheduler, init container images, …)."""
+
+    elastic: ElasticSettings = ElasticSettings()
+    """How et-operator TrainingJobs are run (its init container image, SSH secret, scaler order)."""
 
     concurrency: int = 32
     """Job keys reconciled at the same time by this worker."""

@@ -11,14 +11,18 @@ MPIJob), else by its ``training.kubeflow.org/job-name`` and
 ``training.kubeflow.org/operator-name`` labels (``pytorchjob-controller`` →
 PyTorchJob, ``mpi-operator`` → MPIJob: the pods of an MPIJob v2beta1's
 launcher Job, whose controller is that Job), as upstream finds children. An
-MPIJob has one key whichever of its two versions wrote it.
+MPIJob has one key whichever of its two versions wrote it. et-operator's
+TrainingJob is keyed by itself and its children by their controller
+ownerReference; a ScaleIn or ScaleOut by the TrainingJob its
+``spec.selector.name`` names, so the scaling of a job is read in order with
+the job.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.api import jobs, mpijobs
+from shared.api import elastic, jobs, mpijobs
 from shared.bus import records
 from shared.core import naming
 
@@ -45,6 +49,8 @@ def is_job(obj: dict[str, Any]) -> bool:
 def _job_kind(api_version: Any, kind: Any) -> bool:
     if api_version == jobs.API_VERSION:
         return bool(kind in jobs.KINDS)
+    if api_version == elastic.API_VERSION:
+        return bool(kind == elastic.TrainingJob.KIND)
     return bool(api_version == mpijobs.API_VERSION and kind == mpijobs.KIND)
 
 
@@ -54,6 +60,11 @@ def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
     namespace = str(metadata.get("namespace") or "")
     if is_job(obj):
         return _key(cluster, namespace, str(obj["kind"]), str(metadata.get("name") or ""))
+    if obj.get("apiVersion") == elastic.API_VERSION and obj.get("kind") in (elastic.ScaleIn.KIND, elastic.ScaleOut.KIND):
+        # A scaler belongs to the TrainingJob it names (spec B.11), bound or not yet.
+        selector = (obj.get("spec") or {}).get("selector")
+        target = selector.get("name") if isinstance(selector, dict) else None
+        return _key(cluster, namespace, elastic.TrainingJob.KIND, target) if isinstance(target, str) else None
     for ref in metadata.get("ownerReferences") or ():
         if not isinstance(ref, dict) or not ref.get("controller"):
             continue

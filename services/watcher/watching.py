@@ -51,16 +51,23 @@ TRACEPARENT_ANNOTATION = "kto.dev/traceparent"
 CHILD_SELECTOR = mapping.LABEL_JOB_NAME
 """Server-side label selector of the children watched: the job-name label exists."""
 
-OPTIONAL_TYPES: tuple[resources.ResourceType, ...] = (resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS)
+OPTIONAL_TYPES: tuple[resources.ResourceType, ...] = (
+    resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS,
+    resources.TRAININGJOBS, *resources.SCALER_TYPES.values(),
+)
 """Children of gang-scheduled jobs, served only where Volcano or scheduler-plugins
-installed their CRDs: a 404 on listing one is not an error (logged once, looked
-at again every ``discovery_interval``). PodGroups carry no job-name label
+installed their CRDs, and et-operator's kinds, served where its CRDs are: a 404
+on listing one is not an error (logged once, looked at again every
+``discovery_interval``). PodGroups carry no job-name label
 (upstream sets none): they are listed unselected and mapped to their job by the
 controller ownerReference."""
 
-UNLABELLED_TYPES: tuple[resources.ResourceType, ...] = (resources.HPAS, *OPTIONAL_TYPES)
-"""Children upstream gives no job-name label (the elastic HPA, the PodGroups): listed
-unselected and mapped to their job by the controller ownerReference. The HPA is
+UNLABELLED_TYPES: tuple[resources.ResourceType, ...] = (
+    resources.HPAS, resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS, *resources.SCALER_TYPES.values(),
+)
+"""Children upstream gives no job-name label (the elastic HPA, the PodGroups) and the
+scalers of TrainingJobs: listed unselected and mapped to their job by the controller
+ownerReference (a ScaleIn / ScaleOut by the job it names). The HPA is
 watched so that its deletion (on suspend) and edits made to it are seen."""
 
 CHILD_TYPES: tuple[resources.ResourceType, ...] = (

@@ -113,6 +113,8 @@ class _Object(common.Model):
 
 class TrainingJob(_Object):
     KIND = "TrainingJob"
+    CONTROLLER_NAME: ClassVar[str] = "et-operator"
+    """The ``source.component`` of the Events recorded on a TrainingJob."""
     PLURAL = "trainingjobs"
     SINGULAR = "trainingjob"
 

@@ -21,6 +21,15 @@ MPI_APP_TYPES = (resources.CONFIGMAPS, resources.SERVICEACCOUNTS, resources.ROLE
 MPI_V2_TYPES = (resources.SERVICES, resources.SECRETS, resources.BATCH_JOBS)
 """MPIJob v2beta1 children besides its pods and ConfigMap (which the ``app`` LIST finds)."""
 
+TRAINING_JOB_TYPES = (
+    resources.PODS, resources.SERVICES, resources.CONFIGMAPS, resources.SECRETS,
+    resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
+)
+"""A TrainingJob's children."""
+
+SCALER_TARGET = "spec.selector.name"
+"""Not a label: the ScaleIns / ScaleOuts of the namespace whose ``spec.selector.name`` is the job."""
+
 
 def child_types(
     kind: str, pods_only: bool = False, podgroups: resources.ResourceType | None = None,
@@ -30,6 +39,10 @@ def child_types(
     if pods_only:
         # An MPIJob v2beta1's state is its launcher Job's: the status needs it too.
         return [(resources.PODS, JOB_NAME_LABEL), *([(resources.BATCH_JOBS, JOB_NAME_LABEL)] if kind == "MPIJob" else [])]
+    if kind == resources.TRAININGJOBS.kind:
+        # kto labels every child of a TrainingJob with the job name; its scalers name it.
+        return [*((rt, JOB_NAME_LABEL) for rt in TRAINING_JOB_TYPES),
+                *((rt, SCALER_TARGET) for rt in resources.SCALER_TYPES.values())]
     types = [(resources.PODS, JOB_NAME_LABEL)]
     if kind == "MPIJob":
         types += [(rt, "app") for rt in MPI_APP_TYPES]
@@ -82,6 +95,9 @@ async def _children(
 ) -> list[dict[str, Any]]:
     """The job's children of one type: a label-selected LIST, or a GET by the job's
     name for a type without the label (the elastic HPA, the PodGroup)."""
+    if label == SCALER_TARGET:
+        items, _ = await client.list(rt, namespace)
+        return [i for i in items if ((i.get("spec") or {}).get("selector") or {}).get("name") == name]
     if label:
         items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
         return items

@@ -13,14 +13,14 @@ import datetime as dt
 import logging
 from typing import Any
 
-from shared.api import common, jobs, mpijobs
+from shared.api import common, elastic, jobs, mpijobs
 from shared.core import statuses
 from shared.kube import clients, resources
 
 log = logging.getLogger("kto.kube.events")
 
 
-def event_body(job: jobs.Job | mpijobs.MPIJob, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
+def event_body(job: jobs.Job | mpijobs.MPIJob | elastic.TrainingJob, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
     at = common.format_time(now)
     return {
         "apiVersion": "v1",
@@ -44,7 +44,7 @@ def event_body(job: jobs.Job | mpijobs.MPIJob, event: statuses.Event, instance: 
 
 
 async def record(
-    client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob, event: statuses.Event, instance: str,
+    client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob | elastic.TrainingJob, event: statuses.Event, instance: str,
     now: dt.datetime,
 ) -> None:
     try:

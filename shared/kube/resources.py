@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shared.api import jobs
+from shared.api import elastic, jobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +53,17 @@ VOLCANO_PODGROUPS = ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups"
 PLUGINS_PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 
+TRAININGJOBS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.TrainingJob.PLURAL, elastic.TrainingJob.KIND)
+SCALEINS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleIn.PLURAL, elastic.ScaleIn.KIND)
+SCALEOUTS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleOut.PLURAL, elastic.ScaleOut.KIND)
+SCALER_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (SCALEINS, SCALEOUTS)}
+"""et-operator's ScaleIn and ScaleOut: keyed by the TrainingJob they scale."""
+
 JOB_TYPES: dict[str, ResourceType] = {
-    kind: ResourceType(jobs.GROUP, jobs.VERSION, cls.PLURAL, kind) for kind, cls in jobs.KINDS.items()
+    **{kind: ResourceType(jobs.GROUP, jobs.VERSION, cls.PLURAL, kind) for kind, cls in jobs.KINDS.items()},
+    TRAININGJOBS.kind: TRAININGJOBS,
 }
-"""The six job kinds, keyed by kind."""
+"""The job kinds, keyed by kind: the six of kubeflow.org/v1 and et-operator's TrainingJob."""
 
 MPIJOBS_V2BETA1 = ResourceType(jobs.GROUP, "v2beta1", jobs.MPIJob.PLURAL, jobs.MPIJob.KIND)
 """The same MPIJobs, read and written in mpi-operator's version (one CRD, two versions)."""
@@ -78,7 +85,8 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
 
 _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
     (rt.api_version, rt.kind): rt for rt in (
-        *CHILD_TYPES, *JOB_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES, CRDS, PRIORITY_CLASSES,
+        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES,
+        CRDS, PRIORITY_CLASSES,
     )
 }
 

@@ -177,3 +177,43 @@ def test_operator_flags_reach_the_planner() -> None:
     tensorflow = ROOT / "examples" / "kubeflow" / "tensorflow" / "simple.yaml"
     text = json.dumps(children_of(tensorflow, "--cluster-domain", "cluster.example", output="json"))
     assert ".svc.cluster.example:2222" in text
+
+
+def names_of(children: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(child["kind"], child["metadata"]["name"]) for child in children]
+
+
+def test_an_mpijob_v2beta1_plans_its_service_config_secret_workers_and_launcher_job() -> None:
+    children = children_of(ROOT / "examples" / "mpi-operator" / "pi.yaml")
+    assert names_of(children) == [("Service", "pi"), ("ConfigMap", "pi-config"), ("Secret", "pi-ssh"),
+                                  ("Pod", "pi-worker-0"), ("Pod", "pi-worker-1"), ("Job", "pi-launcher")]
+    assert children[-1]["apiVersion"] == "batch/v1"
+    assert children[1]["data"]["hostfile"] == "pi-worker-0.pi.default.svc slots=1\npi-worker-1.pi.default.svc slots=1\n"
+
+
+def test_a_training_job_plans_its_children_in_et_operators_creation_order() -> None:
+    children = children_of(ROOT / "examples" / "et-operator" / "training_job.yaml")
+    job = "elastic-training"
+    assert names_of(children) == [
+        ("Secret", job), ("Pod", f"{job}-worker-0"), ("Service", f"{job}-worker-0"), ("Pod", f"{job}-worker-1"),
+        ("Service", f"{job}-worker-1"), ("ServiceAccount", f"{job}-launcher"), ("Role", f"{job}-launcher"),
+        ("RoleBinding", f"{job}-launcher"), ("ConfigMap", f"{job}-config"), ("Pod", f"{job}-launcher"),
+    ]
+    assert children[8]["data"]["hostfile"] == f"{job}-worker-0:1\n{job}-worker-1:1\n"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*-operator/*.yaml")), ids=lambda p: p.name)
+def test_every_mpi_operator_and_et_operator_example_is_accepted(path: Path) -> None:
+    result = kto_plan(path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_scale_in_that_names_no_job_is_refused_with_its_field_path() -> None:
+    result = kto_plan("-", stdin=textwrap.dedent("""\
+        apiVersion: kai.alibabacloud.com/v1alpha1
+        kind: ScaleIn
+        metadata: {name: s}
+        spec: {toDelete: {count: 1}}
+        """))
+    lines = assert_rejected(result)
+    assert any("spec.selector" in line for line in lines), lines

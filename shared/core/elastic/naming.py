@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from shared.api import common, elastic
+from shared.core import naming as core_naming
 
 LABEL_GROUP_NAME = "group-name"
 LABEL_JOB_NAME = "training-job-name"
@@ -75,9 +76,16 @@ def secret_name(job: elastic.TrainingJob) -> str:
     return (job.metadata.annotations or {}).get(ANNOTATION_SSH_SECRET) or job.name
 
 
+def kto_labels(job: elastic.TrainingJob) -> dict[str, str]:
+    """``training.kubeflow.org/job-name: <job>`` on every child, beside upstream's labels:
+    kto's watcher selects the children of every kind by it (upstream's ConfigMap, RBAC
+    objects and Secret carry no ``training-job-name``)."""
+    return {core_naming.LABEL_JOB_NAME: job.name}
+
+
 def job_labels(job: elastic.TrainingJob) -> dict[str, str]:
-    """``group-name`` + ``training-job-name``: upstream GenLabels."""
-    return {LABEL_GROUP_NAME: elastic.GROUP, LABEL_JOB_NAME: job.name}
+    """``group-name`` + ``training-job-name``: upstream GenLabels (and :func:`kto_labels`)."""
+    return {LABEL_GROUP_NAME: elastic.GROUP, LABEL_JOB_NAME: job.name, **kto_labels(job)}
 
 
 def worker_labels(job: elastic.TrainingJob, index: int) -> dict[str, str]:
@@ -90,8 +98,8 @@ def launcher_labels(job: elastic.TrainingJob) -> dict[str, str]:
 
 
 def app_labels(job: elastic.TrainingJob) -> dict[str, str]:
-    """``app: <job>``: the ConfigMap, ServiceAccount, Role and RoleBinding."""
-    return {LABEL_APP: job.name}
+    """``app: <job>``: the ConfigMap, ServiceAccount, Role and RoleBinding (and :func:`kto_labels`)."""
+    return {LABEL_APP: job.name, **kto_labels(job)}
 
 
 def worker_selector(job: elastic.TrainingJob) -> str:

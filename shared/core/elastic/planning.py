@@ -236,7 +236,7 @@ def ssh_secret(job: elastic.TrainingJob, keys: KeyPair) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(job, job.name, None),
+        "metadata": _metadata(job, job.name, naming.kto_labels(job)),
         "data": {"id_rsa": encoded(keys.private_key_pem), "id_rsa.pub": encoded(keys.public_key),
                  "config": encoded(SSH_CONFIG)},
     }
@@ -313,3 +313,20 @@ def launcher_pod(job: elastic.TrainingJob, settings: ElasticSettings) -> Manifes
     if job.attach_mode == elastic.ATTACH_SSH:
         _mount_ssh(spec, naming.secret_name(job))
     return pod
+
+
+def plan(job: elastic.TrainingJob, settings: ElasticSettings, keys: KeyPair) -> list[Manifest]:
+    """Every child a new, defaulted TrainingJob gets, in upstream's creation order (spec
+    B.8): the SSH Secret, the worker pods each followed by its Service, then (once the
+    workers run) the launcher's ServiceAccount, Role and RoleBinding, the ConfigMap with
+    the hostfile of those workers, and the launcher pod. What ``kto plan`` prints; the
+    reconciler reaches the same objects one provisioning step at a time."""
+    workers = [naming.worker_name(job.name, index) for index in range(job.worker.replicas or 0)]
+    children: list[Manifest] = []
+    if settings.create_ssh_secret and job.attach_mode == elastic.ATTACH_SSH:
+        children.append(ssh_secret(job, keys))
+    for name in workers:
+        children += [worker_pod(job, name), worker_service(job, name)]
+    children += [service_account(job), role(job), role_binding(job), config_map(job, workers),
+                 launcher_pod(job, settings)]
+    return children

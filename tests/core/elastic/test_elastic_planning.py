@@ -12,6 +12,8 @@ from shared.core.elastic.settings import ElasticSettings
 from tests.core.elastic.world import scaler, training_job
 
 JOB = "elastic-training"
+KTO = {"training.kubeflow.org/job-name": JOB}
+"""kto's own label beside upstream's (its watcher selects every child by it)."""
 
 
 def job(**spec: Any) -> elastic.TrainingJob:
@@ -48,7 +50,7 @@ def test_a_worker_without_a_command_gets_upstreams(mode: str, command: list[str]
     assert pod["spec"]["containers"][0]["command"] == command
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["metadata"]["labels"] == {"group-name": "kai.alibabacloud.com", "training-job-name": JOB,
-                                         "training-job-role": "worker", "replica-index": "3"}
+                                         "training-job-role": "worker", "replica-index": "3", **KTO}
     assert pod["metadata"]["ownerReferences"] == [naming.owner_reference(job())]
     mounted = any(v.get("secret", {}).get("secretName") == JOB for v in pod["spec"].get("volumes", []))
     assert mounted == (mode == "ssh")
@@ -86,7 +88,7 @@ def test_each_worker_has_a_headless_service_of_its_name() -> None:
 
 def test_the_config_map_holds_both_hostfiles_and_the_scripts() -> None:
     config = planning.config_map(job(), [f"{JOB}-worker-0", f"{JOB}-worker-1"])
-    assert config["metadata"]["labels"] == {"app": JOB}
+    assert config["metadata"]["labels"] == {"app": JOB, **KTO}
     assert config["data"] == {
         "hostfile": f"{JOB}-worker-0:1\n{JOB}-worker-1:1\n",
         "deepspeed-hostfile": f"{JOB}-worker-0 slots=1\n{JOB}-worker-1 slots=1\n",
@@ -101,7 +103,7 @@ def test_the_launcher_copies_the_hostfile_somewhere_writable_and_mounts_the_conf
     spec = pod["spec"]
     assert (spec["serviceAccountName"], spec["restartPolicy"]) == (f"{JOB}-launcher", "Never")
     assert pod["metadata"]["labels"] == {"group-name": "kai.alibabacloud.com", "training-job-name": JOB,
-                                         "training-job-role": "launcher"}
+                                         "training-job-role": "launcher", **KTO}
     [init] = spec["initContainers"]
     assert (init["name"], init["image"], init["imagePullPolicy"]) == ("init-hostfile", "busybox:1", "IfNotPresent")
     assert init["command"][2] == (
