@@ -346,6 +346,10 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none",
+            # The node agent serves every fake node's kubelet API on 127.0.0.1 (sim/kubeletserving.py);
+            # the nodes' Hostname addresses (sim-node-<i>) do not resolve. No --kubelet-certificate-authority:
+            # its self-signed serving certificate is not verified.
+            "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true",
             "--profiling=false",
             "--enable-priority-and-fairness=false",

@@ -55,7 +55,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sim import errors, listwatching, nodes
+from sim import errors, execing, listwatching, nodes, shelling
 from sim import settings as sim_settings
 
 log = logging.getLogger(__name__)
@@ -224,6 +224,11 @@ class _Run:
     remove: bool = False
     """Delete the pod once its terminal status is written."""
     logs: list[str] = dataclasses.field(default_factory=list)
+    init_failed: tuple[int, int] | None = None
+    """The init container that failed last (index, exit code), until the init containers all succeed."""
+    init_restarts: int = 0
+    initialising: bool = False
+    """The init containers' commands are running (sim/execing.py)."""
     transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     """Condition type → (status, lastTransitionTime) as last written."""
 
@@ -302,13 +307,16 @@ class _Run:
             )
         status["conditions"] = conditions
         if init_containers:
-            status["initContainerStatuses"] = [self._init_status(c) for c in init_containers]
+            status["initContainerStatuses"] = [self._init_status(i, c) for i, c in enumerate(init_containers)]
         status["containerStatuses"] = [self._container_status(c) for c in containers]
         return status
 
-    def _init_status(self, container: Mapping[str, Any]) -> dict[str, Any]:
+    def _init_status(self, index: int, container: Mapping[str, Any]) -> dict[str, Any]:
         name = container.get("name", "")
         entry = _base_status(container)
+        if self.init_failed is not None and self.init_done_at is None:
+            entry.update(_failed_init_status(self, index, name))
+            return entry
         if self.init_done_at is not None:
             entry["state"] = {
                 "terminated": {
@@ -332,7 +340,9 @@ class _Run:
         entry = _base_status(container)
         entry["restartCount"] = self.restart_count
         cid = container_id(self.uid, name, self.attempt)
-        if self.stage == "running":
+        if self.init_failed is not None and self.init_done_at is None:
+            entry["state"] = {"waiting": {"reason": "PodInitializing"}}
+        elif self.stage == "running":
             entry["state"] = {"running": {"startedAt": self.started_at}}
             entry["ready"] = True
             entry["started"] = True
@@ -364,6 +374,30 @@ class _Run:
         if self.last_terminated is not None:
             entry["lastState"] = {"terminated": dict(self.last_terminated, containerID=container_id(self.uid, name, self.attempt - 1))}
         return entry
+
+
+def _failed_init_status(run: _Run, index: int, name: str) -> dict[str, Any]:
+    """An init container's status once one of them has failed (its index and exit code in run.init_failed)."""
+    assert run.init_failed is not None
+    failed, code = run.init_failed
+    cid = container_id(run.uid, name, run.init_restarts)
+    if index < failed:
+        return {"state": {"terminated": {"exitCode": 0, "reason": "Completed", "containerID": cid}}, "containerID": cid}
+    if index > failed:
+        return {"state": {"waiting": {"reason": "PodInitializing"}}}
+    terminated = {"exitCode": code, "reason": "Error", "startedAt": run.start_time, "finishedAt": run.finished_at or
+                  run.start_time, "containerID": cid}
+    if run.stage == "terminated":
+        return {"state": {"terminated": terminated}, "containerID": cid, "restartCount": run.init_restarts}
+    return {
+        "state": {"waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": f"back-off restarting failed container={name} pod={run.key[1]}_{run.key[0]}({run.uid})",
+        }},
+        "lastState": {"terminated": terminated},
+        "containerID": cid,
+        "restartCount": run.init_restarts,
+    }
 
 
 def _base_status(container: Mapping[str, Any]) -> dict[str, Any]:
@@ -401,6 +435,9 @@ class Kubelet:
         self._queued: set[Key] = set()
         self._writing: set[Key] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.filesystems = execing.Filesystems(store)
+        """The files of the pods that are exec'd or run init commands (sim/execing.py)."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- public --------------------------------------------------------
 
@@ -420,6 +457,34 @@ class Kubelet:
         if run is None:
             return ""
         return "".join(line + "\n" for line in run.logs)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as this kubelet last saw it, if it runs (or ran) here."""
+        run = self._runs.get((namespace, name))
+        return run.pod if run is not None else None
+
+    def finished(self, namespace: str, name: str) -> bool:
+        """True once the pod's containers have stopped for good (or it is not here)."""
+        run = self._runs.get((namespace, name))
+        return run is None or run.stage == "terminated"
+
+    def exec_pod(self, namespace: str, name: str, container: str) -> dict[str, Any]:
+        """The pod to exec into, if ``container`` runs here; ``execing.ExecRefused`` as the kubelet answers otherwise."""
+        run = self._runs.get((namespace, name))
+        if run is None:
+            raise execing.ExecRefused(404, "pod does not exist")
+        names = [c.get("name") for c in (run.pod.get("spec") or {}).get("containers") or []]
+        if run.stage != "running" or container not in names:
+            raise execing.ExecRefused(500, f'container not found ("{container}")')
+        return run.pod
+
+    async def exec(self, namespace: str, name: str, container: str, argv: list[str],
+                   stdin: bytes = b"") -> shelling.Result:
+        """Run ``argv`` in a running container of a pod this kubelet runs (its sleeps waited out)."""
+        result = await self.filesystems.exec(self.exec_pod(namespace, name, container), container, argv, stdin)
+        if result.slept:
+            await asyncio.sleep(result.slept)
+        return result
 
     async def fail_node(self, name: str) -> None:
         """Take node `name` down: Ready=Unknown, unreachable taints, its pods Failed with NodeLost."""
@@ -609,6 +674,7 @@ class Kubelet:
     def _forget(self, run: _Run) -> None:
         self._cancel(run)
         self._runs.pop(run.key, None)
+        self.filesystems.forget(run.key)
         if run.pod_ip:
             self._ips_used.discard(run.pod_ip)
 
@@ -636,6 +702,14 @@ class Kubelet:
             run.timer = None
 
     def _start_containers(self, run: _Run) -> None:
+        if run.init_done_at is None and execing.has_init_commands(run.pod):
+            if not run.initialising:
+                run.initialising = True
+                loop = self._loop or asyncio.get_running_loop()
+                task = loop.create_task(self._initialise(run), name=f"sim-kubelet-init-{run.key[0]}-{run.key[1]}")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            return
         clock = timestamp(time.time())
         behaviour = run.behaviour
         assert behaviour is not None
@@ -658,6 +732,37 @@ class Kubelet:
         self._mark(run)
         if not behaviour.runs_forever:
             self._after(run, behaviour.duration, self._exit_containers)
+
+    async def _initialise(self, run: _Run) -> None:
+        """Run the init containers' commands; start the containers, or fail or back off as a kubelet does."""
+        start = run.init_failed[0] if run.init_failed else 0
+        try:
+            outcome = await self.filesystems.initialise(run.pod, start)
+        except errors.ApiError as exc:
+            log.warning("sim kubelet: pod %s/%s: reading its volumes failed: %s", *run.key, exc)
+            outcome = None
+        finally:
+            run.initialising = False
+        if self._runs.get(run.key) is not run or run.stage == "terminated":
+            return
+        if outcome is None:
+            self._after(run, self._settings.startup_delay, self._start_containers)
+            return
+        run.logs.extend(outcome.logs)
+        if outcome.failed is None:
+            run.init_failed = None
+            run.init_done_at = timestamp(time.time())
+            self._start_containers(run)
+            return
+        run.init_failed = outcome.failed
+        clock = timestamp(time.time())
+        run.finished_at = clock
+        if (run.pod.get("spec") or {}).get("restartPolicy") == "Never":
+            self._terminate(run, outcome.failed[1], "Error", clock, phase="Failed")
+            return
+        run.init_restarts += 1
+        self._mark(run)
+        self._after(run, self._settings.startup_delay, self._start_containers)
 
     def _exit_containers(self, run: _Run) -> None:
         behaviour = run.behaviour

@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from shared.kube import clients
-from shared.kube.resources import LEASES, PODS, ResourceType
-from sim import errors, kubelet, nodes, store
+from shared.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, ResourceType
+from sim import errors, kubelet, kubeletserving, nodes, store
 from sim import settings as sim_settings
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ LEASE_SECONDS = 40
 RENEW_EVERY = 10.0
 """Seconds between Lease renewals (the kubelet's default; the node lifecycle controller waits 50 s)."""
 
-_TYPES: dict[str, ResourceType] = {"pods": PODS, "nodes": NODES}
+_TYPES: dict[str, ResourceType] = {"pods": PODS, "nodes": NODES, "configmaps": CONFIGMAPS, "secrets": SECRETS}
 
 
 def _sim_error(exc: clients.ApiError) -> errors.ApiError:
@@ -76,6 +76,8 @@ class RemoteStore:
 
     def __init__(self, client: clients.KubeClient) -> None:
         self._client = client
+        self.kubelet_endpoint: tuple[str, int] | None = None
+        """Where the kubelet API is served; nodes registered (or found registered) are pointed there."""
 
     async def _call(self, call: Callable[[], Any]) -> Any:
         try:
@@ -86,7 +88,19 @@ class RemoteStore:
     async def create(self, resource: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
         ns = namespace or (obj.get("metadata") or {}).get("namespace")
-        result: dict[str, Any] = await self._call(lambda: self._client.create(rt, ns, obj))
+        if resource == "nodes" and self.kubelet_endpoint is not None:
+            kubeletserving.advertise(obj, *self.kubelet_endpoint)
+            try:
+                result: dict[str, Any] = await self._call(lambda: self._client.create(rt, ns, obj))
+            except errors.ApiError as exc:
+                if exc.code == 409:
+                    # Registered by an earlier agent: its kubelet endpoint has moved to ours.
+                    status = {k: obj["status"][k] for k in ("addresses", "daemonEndpoints", "declaredFeatures")}
+                    await self._call(lambda: self._client.patch(rt, None, obj["metadata"]["name"], {"status": status},
+                                                                subresource="status"))
+                raise
+            return result
+        result = await self._call(lambda: self._client.create(rt, ns, obj))
         return result
 
     async def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
@@ -145,9 +159,19 @@ class NodeAgent:
     def __init__(self, client: clients.KubeClient, settings: sim_settings.SimSettings) -> None:
         self._client = client
         self._settings = settings
-        self.kubelet = kubelet.Kubelet(RemoteStore(client), settings)
+        self._store = RemoteStore(client)
+        self.kubelet = kubelet.Kubelet(self._store, settings)
+        self.server = kubeletserving.KubeletServer(self.kubelet)
 
     async def run(self) -> None:
+        port = await self.server.start()
+        self._store.kubelet_endpoint = (self.server.host, port)
+        try:
+            await self._run()
+        finally:
+            await asyncio.shield(self.server.stop())
+
+    async def _run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self.kubelet.run(), name="nodeagent-kubelet")
             tasks.create_task(self._renew_forever(), name="nodeagent-leases")

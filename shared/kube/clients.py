@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
@@ -74,6 +75,32 @@ class WatchEvent:
     type: str
     """ADDED, MODIFIED, DELETED or BOOKMARK."""
     object: dict[str, Any]
+
+
+EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+"""The remote-command WebSocket subprotocols ``exec`` offers, preferred first."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+    """What a command run by ``KubeClient.exec`` printed, and how it exited."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+def _exec_outcome(status: dict[str, Any]) -> int:
+    """The exit code a remote-command Status reports (v4/v5 error channel); ApiError for a failure that is
+    not the command's own exit."""
+    if status.get("status") == "Success":
+        return 0
+    if status.get("reason") == "NonZeroExitCode":
+        for cause in (status.get("details") or {}).get("causes") or []:
+            if cause.get("reason") == "ExitCode":
+                return int(cause.get("message") or 1)
+    raise ApiError(int(status.get("code") or 500), str(status.get("reason") or "InternalError"),
+                   str(status.get("message") or status))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +285,79 @@ class KubeClient:
             raise _error_from(response.status, data, response.headers)
         decoded: dict[str, Any] = json.loads(data) if data else {}
         return decoded
+
+    async def exec(
+        self, namespace: str, pod: str, container: str, command: list[str], timeout: float = 30.0,
+    ) -> ExecResult:
+        """Run ``command`` in a container of a pod (``pods/exec``) and wait for it to end.
+
+        Speaks the WebSocket channel protocol (``v5.channel.k8s.io``, else ``v4``): stdout
+        and stderr collected, the exit code read from the error channel's Status. Not
+        retried (a command may not be idempotent). ApiError for a missing pod (404), an
+        invalid container (400), a container not running or anything the kubelet refuses
+        (its code), or a connection failure or ``timeout`` (code 0).
+        """
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec"
+        query = urllib.parse.urlencode(
+            [("container", container), ("stdout", "true"), ("stderr", "true"), *(("command", c) for c in command)])
+        url = f"{self.host.rstrip('/')}{path}?{query}"
+        headers: dict[str, str] = {}
+        await self._api.update_params_for_auth(headers, [], ["BearerToken"])
+        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        with _tracer.start_as_current_span(
+            "POST pods/exec", kind=trace.SpanKind.CLIENT,
+            attributes={"http.request.method": "GET", "url.path": path, "server.address": self.host},
+        ):
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self._exec(session, url, headers)
+            except TimeoutError:
+                raise ApiError(0, "Timeout", f"exec in {namespace}/{pod}/{container}: no end after {timeout:g}s") \
+                    from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise ApiError(0, "ConnectionError", f"exec in {namespace}/{pod}/{container}: {exc!r}") from exc
+
+    async def _exec(self, session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> ExecResult:
+        try:
+            ws = await session.ws_connect(url, protocols=EXEC_PROTOCOLS, headers=headers, autoping=True,
+                                          max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise await self._handshake_error(session, url, headers, exc) from None
+        stdout, stderr, error = bytearray(), bytearray(), bytearray()
+        async with ws:
+            async for message in ws:
+                if message.type != aiohttp.WSMsgType.BINARY or not message.data:
+                    continue
+                channel, data = message.data[0], message.data[1:]
+                if channel == 1:
+                    stdout += data
+                elif channel == 2:
+                    stderr += data
+                elif channel == 3:
+                    error += data
+        if not error:
+            raise ApiError(0, "ConnectionError", f"{url}: the exec stream ended without a status")
+        try:
+            status = json.loads(error)
+        except ValueError:
+            raise ApiError(500, "InternalError", error.decode("utf-8", "replace")) from None
+        return ExecResult(stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"),
+                          _exec_outcome(status))
+
+    @staticmethod
+    async def _handshake_error(
+        session: aiohttp.ClientSession, url: str, headers: dict[str, str], exc: aiohttp.WSServerHandshakeError,
+    ) -> ApiError:
+        """The refusal's body (aiohttp drops it): the same upgrade request again, read as a plain response."""
+        upgrade = {**headers, "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                   "Sec-WebSocket-Key": "a3RvLWV4ZWMtcmVmdXNhbA==", "Sec-WebSocket-Protocol": ", ".join(EXEC_PROTOCOLS)}
+        try:
+            async with session.get(url, headers=upgrade) as response:
+                if response.status != 101:
+                    return _error_from(response.status, await response.read(), response.headers)
+        except aiohttp.ClientError:
+            pass
+        return ApiError(exc.status, "", exc.message)
 
     async def get(self, rt: resources.ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
         return await self.request("GET", rt.path(namespace, name), route=rt.plural)

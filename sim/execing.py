@@ -1,0 +1,269 @@
+"""The files of simulated pods, their init containers' commands, and exec into their containers.
+
+In: a pod (as the kubelet runs it) and a store to read its ConfigMap and
+Secret volumes from (sim's Store, or the node agent's RemoteStore over the
+API); an exec's container and argv. Out: per pod a set of
+:class:`shelling.Filesystem`s — one root per container, one per volume,
+emptyDirs shared by the containers that mount them — built only for pods that
+are exec'd or whose init containers have commands (thousands of plain pods
+stay free); init containers' results (:class:`InitOutcome`); exec results
+(:class:`shelling.Result`); and the errors kube-apiserver and the kubelet
+answer before an exec starts (:func:`exec_container`, :class:`ExecRefused`).
+
+Launcher processes for ``ps``: a pod annotated ``sim.kto.dev/ssh-hosts-file:
+<path>`` shows, besides PID 1, one ``ssh -o PasswordAuthentication=no -o
+StrictHostKeyChecking=no <host>`` process per host listed in that file (read
+at each ``ps``), or ``<attach> <host>`` with ``sim.kto.dev/attach-command:
+<attach>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from sim import errors, shelling, streaming
+
+log = logging.getLogger(__name__)
+
+HOSTS_FILE_ANNOTATION = "sim.kto.dev/ssh-hosts-file"
+ATTACH_ANNOTATION = "sim.kto.dev/attach-command"
+DEFAULT_MODE = 0o644
+
+Key = tuple[str, str]
+
+
+@dataclasses.dataclass
+class PodFiles:
+    """One pod's filesystems: a root per container (init containers too) and its volumes."""
+
+    uid: str
+    roots: dict[str, shelling.Filesystem]
+    volumes: dict[str, shelling.Filesystem]
+    contexts: dict[str, shelling.Context]
+
+    def shell(self, container: str) -> shelling.Shell:
+        return shelling.Shell(self.roots[container], self.contexts[container])
+
+
+@dataclasses.dataclass(frozen=True)
+class InitOutcome:
+    """What the init containers did: the log lines, and the first that failed (index, exit code) if any."""
+
+    logs: list[str]
+    failed: tuple[int, int] | None
+
+
+class ExecRefused(Exception):
+    """The kubelet refuses an exec before it starts: ``code`` and the plain-text body it answers."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+def has_init_commands(pod: Mapping[str, Any]) -> bool:
+    """True when an init container has a command or args the shell should run."""
+    return any(c.get("command") or c.get("args") for c in (pod.get("spec") or {}).get("initContainers") or [])
+
+
+def exec_container(pod: Mapping[str, Any], container: str | None) -> str:
+    """The container an exec or log request addresses, or kube-apiserver's 400 (``validateContainer``)."""
+    spec = pod.get("spec") or {}
+    name = (pod.get("metadata") or {}).get("name", "")
+    containers = [c.get("name", "") for c in spec.get("containers") or []]
+    every = [c.get("name", "") for key in ("initContainers", "containers", "ephemeralContainers")
+             for c in spec.get(key) or []]
+    if not container:
+        if len(containers) == 1:
+            return str(containers[0])
+        if not containers:
+            raise errors.bad_request(f"a container name must be specified for pod {name}")
+        raise errors.bad_request(
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(every)}]")
+    if container not in every:
+        raise errors.bad_request(f"container {container} is not valid for pod {name}")
+    return container
+
+
+def require_host(pod: Mapping[str, Any]) -> None:
+    """kube-apiserver's 400 for an exec into a pod not yet scheduled."""
+    if not (pod.get("spec") or {}).get("nodeName"):
+        name = (pod.get("metadata") or {}).get("name", "")
+        raise errors.bad_request(f"pod {name} does not have a host assigned")
+
+
+class Filesystems:
+    """The filesystems of the pods one kubelet runs, built on demand."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._pods: dict[Key, PodFiles] = {}
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def forget(self, key: Key) -> None:
+        self._pods.pop(key, None)
+
+    async def of(self, pod: Mapping[str, Any]) -> PodFiles:
+        """The pod's files, built (volumes read from the store) the first time they are needed."""
+        metadata = pod.get("metadata") or {}
+        key = (metadata.get("namespace") or "", metadata.get("name") or "")
+        files = self._pods.get(key)
+        if files is None or files.uid != metadata.get("uid", ""):
+            files = await self._build(pod)
+            self._pods[key] = files
+        return files
+
+    async def initialise(self, pod: Mapping[str, Any], start: int = 0) -> InitOutcome:
+        """Run the commands of the init containers from number ``start`` on, in order; stop at the first failure."""
+        files = await self.of(pod)
+        logs: list[str] = []
+        for index, container in enumerate((pod.get("spec") or {}).get("initContainers") or []):
+            if index < start:
+                continue
+            name = container.get("name", "")
+            argv = [*(container.get("command") or []), *(container.get("args") or [])]
+            if not argv:
+                logs.append(f"sim: init container {name} completed")
+                continue
+            result = files.shell(name).run([str(a) for a in argv])
+            logs += [f"{name}: {line}" for line in (result.stdout + result.stderr).decode(errors="replace").splitlines()]
+            if result.exit_code != 0:
+                logs.append(f"sim: init container {name} exited with code {result.exit_code}")
+                return InitOutcome(logs, (index, result.exit_code))
+            logs.append(f"sim: init container {name} completed")
+        return InitOutcome(logs, None)
+
+    async def exec(self, pod: Mapping[str, Any], container: str, argv: Sequence[str],
+                   stdin: bytes = b"") -> shelling.Result:
+        files = await self.of(pod)
+        return files.shell(container).run(list(argv), stdin)
+
+    # -- building --
+
+    async def _build(self, pod: Mapping[str, Any]) -> PodFiles:
+        metadata = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        namespace = metadata.get("namespace") or ""
+        annotations = metadata.get("annotations") or {}
+        volumes: dict[str, shelling.Filesystem] = {}
+        for volume in spec.get("volumes") or []:
+            volumes[volume.get("name", "")] = await self._volume(namespace, volume)
+        roots: dict[str, shelling.Filesystem] = {}
+        contexts: dict[str, shelling.Context] = {}
+        hostname = spec.get("hostname") or metadata.get("name") or "localhost"
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            name = container.get("name", "")
+            root = shelling.Filesystem.root()
+            root.write("/etc/hostname", f"{hostname}\n".encode())
+            for mount in container.get("volumeMounts") or []:
+                volume = volumes.get(mount.get("name", ""))
+                if volume is not None and mount.get("mountPath"):
+                    root.mount(mount["mountPath"], volume, mount.get("subPath") or "")
+            roots[name] = root
+            contexts[name] = shelling.Context(
+                command_line=shelling.command_line(container),
+                hostfile=annotations.get(HOSTS_FILE_ANNOTATION),
+                attach=annotations.get(ATTACH_ANNOTATION) or shelling.SSH_ATTACH,
+                hostname=hostname,
+            )
+        return PodFiles(metadata.get("uid", ""), roots, volumes, contexts)
+
+    async def _volume(self, namespace: str, volume: Mapping[str, Any]) -> shelling.Filesystem:
+        fs = shelling.Filesystem()
+        if "configMap" in volume:
+            await self._project(fs, namespace, "configmaps", volume["configMap"].get("name", ""), volume["configMap"],
+                                volume["configMap"].get("defaultMode", DEFAULT_MODE))
+        elif "secret" in volume:
+            await self._project(fs, namespace, "secrets", volume["secret"].get("secretName", ""), volume["secret"],
+                                volume["secret"].get("defaultMode", DEFAULT_MODE))
+        elif "projected" in volume:
+            mode = volume["projected"].get("defaultMode", DEFAULT_MODE)
+            for source in volume["projected"].get("sources") or []:
+                if "configMap" in source:
+                    await self._project(fs, namespace, "configmaps", source["configMap"].get("name", ""),
+                                        source["configMap"], mode)
+                elif "secret" in source:
+                    await self._project(fs, namespace, "secrets", source["secret"].get("name", ""),
+                                        source["secret"], mode)
+        # emptyDir, hostPath and the rest start empty.
+        return fs
+
+    async def _project(self, fs: shelling.Filesystem, namespace: str, resource: str, name: str,
+                       source: Mapping[str, Any], mode: int) -> None:
+        """The keys of a ConfigMap or Secret as files (``items`` picks keys, paths and modes)."""
+        try:
+            obj = await self._store.get(resource, namespace, name)
+        except errors.ApiError as exc:
+            if exc.code != 404:
+                raise
+            log.info("sim kubelet: %s %s/%s of a volume does not exist: the volume is empty", resource, namespace, name)
+            return
+        values: dict[str, bytes] = {}
+        if resource == "secrets":
+            for key, value in (obj.get("data") or {}).items():
+                values[key] = base64.b64decode(value or "")
+        else:
+            for key, value in (obj.get("data") or {}).items():
+                values[key] = str(value).encode()
+            for key, value in (obj.get("binaryData") or {}).items():
+                values[key] = base64.b64decode(value or "")
+        items = source.get("items")
+        if items is None:
+            for key, data in values.items():
+                fs.write("/" + key, data, int(mode))
+            return
+        for item in items:
+            key = item.get("key", "")
+            if key in values:
+                fs.write(posixpath.join("/", item.get("path") or key), values[key], int(item.get("mode", mode)))
+
+
+async def serve(request: web.Request, pod: Mapping[str, Any], kubelet: Any) -> web.StreamResponse:
+    """kube-apiserver's ``pods/{name}/exec``: its own checks, then the kubelet's answer."""
+    container = exec_container(pod, request.query.get("container"))
+    require_host(pod)
+    metadata = pod.get("metadata") or {}
+    options = streaming.Options.of(request.query, kubelet=False)
+    return await serve_kubelet(request, kubelet, metadata.get("namespace", ""), metadata.get("name", ""), container,
+                               options)
+
+
+async def serve_kubelet(request: web.Request, kubelet: Any, namespace: str, name: str, container: str,
+                        options: streaming.Options | None = None) -> web.StreamResponse:
+    """The kubelet's ``/exec/{namespace}/{pod}/{container}``: refused before the upgrade (plain text, which
+    kube-apiserver relays as it is), or upgraded to WebSocket or SPDY and run."""
+    from sim import spdying
+
+    if options is None:
+        options = streaming.Options.of(request.query, kubelet=True)
+    if not (options.stdin or options.stdout or options.stderr):
+        return web.Response(status=400, text="you must specify at least 1 of stdin, stdout, stderr")
+    if kubelet is None:
+        return web.Response(status=404, text="pod does not exist")
+    try:
+        kubelet.exec_pod(namespace, name, container)
+    except ExecRefused as exc:
+        return web.Response(status=exc.code, text=exc.text)
+
+    async def run(stdin: bytes) -> shelling.Result:
+        try:
+            result: shelling.Result = await kubelet.exec(namespace, name, container, options.command, stdin)
+        except ExecRefused as exc:
+            return shelling.Result(b"", exc.text.encode() + b"\n", 126)
+        return result
+
+    if streaming.is_websocket(request):
+        return await streaming.serve_websocket(request, options, run)
+    if spdying.is_spdy(request):
+        return await spdying.serve(request, options, run)
+    return web.Response(status=400, text="Upgrade request required")
