@@ -55,7 +55,8 @@ def groups(kinds: list[resources.Resource]) -> dict[str, list[str]]:
         for v in res.versions:
             if v not in versions:
                 versions.append(v)
-    return out
+    # The preferred version is the highest by kube's version priority (not the storage version).
+    return {group: sorted(versions, key=resources.version_priority) for group, versions in out.items()}
 
 
 def _group(name: str, versions: list[str]) -> Obj:
@@ -80,12 +81,13 @@ def resource_list(kinds: list[resources.Resource], group: str, version: str) -> 
     for res in sorted(kinds, key=lambda r: r.plural):
         if res.group != group or version not in res.versions:
             continue
+        res = res.at(version)  # a CRD's versions may differ in subresources
         entry: Obj = {
             "name": res.plural,
             "singularName": res.singular,
             "namespaced": res.namespaced,
             "kind": res.kind,
-            "verbs": list(resources.ALL_VERBS),
+            "verbs": list(res.verbs),
             "storageVersionHash": hashlib.sha256(res.key.encode()).hexdigest()[:11],
         }
         if res.short_names:
@@ -171,12 +173,13 @@ def _gvk(group: str, version: str, kind: str) -> Obj:
 
 
 def _aggregated_resource(res: resources.Resource, version: str) -> Obj:
+    res = res.at(version)
     entry: Obj = {
         "resource": res.plural,
         "responseKind": _gvk(res.group, version, res.kind),
         "scope": "Namespaced" if res.namespaced else "Cluster",
         "singularResource": res.singular,
-        "verbs": list(resources.ALL_VERBS),
+        "verbs": list(res.verbs),
     }
     if res.short_names:
         entry["shortNames"] = list(res.short_names)

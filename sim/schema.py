@@ -20,18 +20,36 @@ Obj = dict[str, Any]
 _META_KEYS = ("apiVersion", "kind", "metadata")
 
 
-def prune_and_default(schema: Obj | None, obj: Obj) -> Obj:
-    """A copy of ``obj`` pruned and defaulted by ``schema`` (apiVersion, kind, metadata untouched)."""
+def prune_and_default(schema: Obj | None, obj: Obj, defaults: bool = True) -> Obj:
+    """A copy of ``obj`` pruned and defaulted by ``schema`` (apiVersion, kind, metadata untouched);
+    ``defaults=False`` only prunes (what kube-apiserver does converting a stored object to another version)."""
     if not schema:
         return obj
     out = {k: obj[k] for k in _META_KEYS if k in obj}
     rest = {k: v for k, v in obj.items() if k not in _META_KEYS}
-    shaped = _walk(schema, patching.deep_copy(rest), top=True)
+    shaped = _walk(schema, patching.deep_copy(rest), top=True, defaults=defaults)
     out.update(shaped)
     return out
 
 
-def _walk(schema: Obj, value: Any, top: bool = False) -> Any:
+def pruning_shape(schema: Obj | None) -> Any:
+    """What of ``schema`` pruning depends on (fields, item and map schemas, preserve-unknown-fields,
+    nullable): two versions with equal shapes prune any object alike."""
+    if not isinstance(schema, dict):
+        return None
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    return (
+        tuple(sorted((k, pruning_shape(v)) for k, v in props.items())),
+        pruning_shape(extra) if isinstance(extra, dict) else extra is True,
+        pruning_shape(schema.get("items")),
+        schema.get("x-kubernetes-preserve-unknown-fields") is True,
+        bool(schema.get("nullable")),
+        schema.get("type"),
+    )
+
+
+def _walk(schema: Obj, value: Any, top: bool = False, defaults: bool = True) -> Any:
     if isinstance(value, dict) and (schema.get("type") == "object" or top or "properties" in schema):
         props = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
@@ -42,22 +60,31 @@ def _walk(schema: Obj, value: Any, top: bool = False) -> Any:
             if item is None and isinstance(sub, dict) and not sub.get("nullable"):
                 continue  # kube-apiserver drops a null of a non-nullable field (its default then applies)
             if key in props:
-                out[key] = _walk(props[key], item)
+                out[key] = _walk(props[key], item, defaults=defaults)
             elif isinstance(extra, dict):
-                out[key] = _walk(extra, item)
+                out[key] = _walk(extra, item, defaults=defaults)
             elif preserve or extra is True:
                 out[key] = item
-        for key, sub in props.items():
-            if key not in out and "default" in sub:
-                out[key] = _walk(sub, patching.deep_copy(sub["default"]))
+        if defaults:
+            for key, sub in props.items():
+                if key not in out and "default" in sub:
+                    out[key] = _walk(sub, patching.deep_copy(sub["default"]))
         return out
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [_walk(schema["items"], item) for item in value]
+        return [_walk(schema["items"], item, defaults=defaults) for item in value]
     return value
 
 
-def validate(schema: Obj | None, obj: Obj, only: tuple[str, ...] | None = None) -> list[Obj]:
-    """Field causes for ``obj`` against ``schema``; ``only`` limits the check to these top-level fields."""
+_NO_OLD: Any = object()
+
+
+def validate(schema: Obj | None, obj: Obj, only: tuple[str, ...] | None = None, old: Obj | None = None) -> list[Obj]:
+    """Field causes for ``obj`` against ``schema``; ``only`` limits the check to these top-level fields.
+
+    ``old``: the object an update replaces. kube-apiserver ratchets validation on update: a value
+    equal to the old one at the same path (fields and map entries correlate; list items do not)
+    is not checked, so an object written valid through one version stays writable through
+    another whose schema refuses a field the write leaves alone."""
     if not schema:
         return []
     causes: list[Obj] = []
@@ -71,7 +98,8 @@ def validate(schema: Obj | None, obj: Obj, only: tuple[str, ...] | None = None) 
         if key in _META_KEYS or (only is not None and key not in only) or key not in obj:
             continue
         # Messages name the path below the top-level field for /status writes ("ready in body").
-        _check(props[key], obj[key], key, causes, "" if only == ("status",) else key)
+        before = old.get(key, _NO_OLD) if old is not None else _NO_OLD
+        _check(props[key], obj[key], key, causes, "" if only == ("status",) else key, before)
     if causes and "x-kubernetes-validations" in json.dumps(schema):
         causes.append({"reason": "FieldValueInvalid", "field": "<nil>", "message": "Invalid value: null: some "
                        "validation rules were not checked because the object was invalid; correct the existing "
@@ -109,8 +137,12 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _check(schema: Obj, value: Any, path: str, causes: list[Obj], label: str | None = None) -> None:
-    """Causes for ``value`` at field ``path``; ``label`` is the path the messages name (default ``path``)."""
+def _check(schema: Obj, value: Any, path: str, causes: list[Obj], label: str | None = None,
+           old: Any = _NO_OLD) -> None:
+    """Causes for ``value`` at field ``path``; ``label`` is the path the messages name (default ``path``);
+    ``old`` the value an update replaces (unchanged values ratchet: not checked)."""
+    if old is not _NO_OLD and old == value:
+        return
     label = path if label is None else label
     kind = schema.get("type")
     actual = _type_of(value)
@@ -175,9 +207,10 @@ def _check(schema: Obj, value: Any, path: str, causes: list[Obj], label: str | N
                 causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": f"{path}.{key}"})
         extra = schema.get("additionalProperties")
         base = f"{label}." if label else ""
+        olds = old if isinstance(old, dict) else {}
         for key in sorted(value):
             item = value[key]
             if key in props:
-                _check(props[key], item, f"{path}.{key}", causes, base + key)
+                _check(props[key], item, f"{path}.{key}", causes, base + key, olds.get(key, _NO_OLD))
             elif isinstance(extra, dict):
-                _check(extra, item, f"{path}.{key}", causes, base + key)
+                _check(extra, item, f"{path}.{key}", causes, base + key, olds.get(key, _NO_OLD))

@@ -477,10 +477,12 @@ class Store:
         if causes:
             raise errors.invalid(res.kind, res.key, name, causes)
 
-    def _create(self, resource: str, obj: Obj, namespace: str | None) -> Obj:
+    def _create(self, resource: str, obj: Obj, namespace: str | None, version: str | None = None) -> Obj:
+        """Store a new object written through ``version`` (None: the one its apiVersion names, else storage)."""
         res = self.resource(resource)
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
+        written = _written_as(res, obj, version)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             meta = {}
@@ -530,10 +532,12 @@ class Store:
             meta.pop("generation", None)
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(field, None)
-        self._prepare_create(res, obj)
-        if res.schema:
-            obj = schema.prune_and_default(res.schema, obj)
-            _check_schema(res, obj, name, None)
+        self._prepare_create(written, obj)
+        if written.schema:
+            obj = schema.prune_and_default(written.schema, obj)
+            _check_schema(written, obj, name, None)
+        if written is not res:
+            obj = _to_storage(res, obj)
         objects[(ns, name)] = obj
         self._by_uid[meta["uid"]] = (resource, ns, name)
         self._index(resource, None, obj)
@@ -596,7 +600,7 @@ class Store:
         self._next_ip += 1
         return f"10.96.{(n >> 8) & 255}.{n & 255}"
 
-    def _update(self, resource: str, obj: Obj, subresource: str | None) -> Obj:
+    def _update(self, resource: str, obj: Obj, subresource: str | None, version: str | None = None) -> Obj:
         res = self.resource(resource)
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise errors.bad_request("the body of the request must be an object with metadata")
@@ -614,10 +618,24 @@ class Store:
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(resource, name)
-        return self._commit_update(res, old, obj, subresource)
+        return self._commit_update(res, old, obj, subresource, _written_as(res, obj, version))
 
-    def _commit_update(self, res: resources.Resource, old: Obj, new: Obj, subresource: str | None) -> Obj:
-        """Store ``new`` (a fresh top-level dict, may share subtrees with ``old``) as the next version."""
+    def _commit_update(self, res: resources.Resource, old: Obj, new: Obj, subresource: str | None,
+                       written: resources.Resource | None = None) -> Obj:
+        """Store ``new`` (a fresh top-level dict, may share subtrees with ``old``) as the next version.
+
+        ``written``: the version the write came through (default the storage version). As in
+        kube-apiserver, the written object is pruned and defaulted by that version's schema
+        before the strategy takes the parts a write leaves alone (status, or all but status)
+        from the old object as that version reads it; validation is that version's, ratcheted
+        against the old object; a multi-version kind's object is then stored in the storage
+        version (pruned and defaulted by its schema: the defaults kube applies reading etcd)."""
+        written = written or res
+        stored = old
+        if written.schema:
+            new = schema.prune_and_default(written.schema, new)
+        if written is not res:
+            old = view(written, old)
         old_meta = old["metadata"]
         if subresource == "status":
             status = new.get("status")
@@ -628,7 +646,7 @@ class Store:
         elif subresource is None:
             new_meta = new.get("metadata")
             new["metadata"] = dict(new_meta) if isinstance(new_meta, dict) else {}
-            if res.status_subresource:
+            if written.status_subresource:
                 if "status" in old:
                     new["status"] = old["status"]
                 else:
@@ -656,9 +674,11 @@ class Store:
                                  [errors.field_invalid("status", new.get("status"), "must be an object")])
         new["apiVersion"] = new.get("apiVersion") or old.get("apiVersion")
         new["kind"] = new.get("kind") or old.get("kind")
-        if res.schema:
-            new = schema.prune_and_default(res.schema, new)
-            _check_schema(res, new, old_meta["name"], subresource)
+        if written.schema:
+            _check_schema(written, new, old_meta["name"], subresource, old)
+        if written is not res:
+            new = _to_storage(res, new)
+        old = stored
         meta = new["metadata"]
         if old_meta.get("deletionTimestamp"):
             added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
@@ -673,7 +693,7 @@ class Store:
             new["status"] = _crd_status(new, old.get("status"))
         if new == old:
             return old
-        skip = ("metadata", "status") if res.status_subresource else ("metadata",)
+        skip = ("metadata", "status") if written.status_subresource else ("metadata",)
         if res.generation and any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip) \
                 and not _is_binding(res, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
@@ -701,8 +721,12 @@ class Store:
         patch_type: str,
         subresource: str | None,
         manager: str | None = None,
+        version: str | None = None,
     ) -> Obj:
+        """Patch an object through ``version`` (None: the storage version): the patch applies to
+        the object as that version reads it."""
         res = self.resource(resource)
+        written = res.at(version)
         if patch_type == "apply":
             raise errors.unsupported_media_type(
                 "server-side apply (application/apply-patch+yaml) is not supported by the kto local "
@@ -710,12 +734,13 @@ class Store:
             )
         if patch_type == "strategic" and not res.builtin:
             raise errors.strategic_merge_unsupported()
-        old = self._get(resource, namespace, name)
+        stored = self._get(resource, namespace, name)
+        old = view(written, stored)
         new = patching.apply(old, patch, patch_type)
         if new is old:
             new = dict(old)
         if manager:
-            applying.record_update(old, new, manager, res.status_subresource, subresource)
+            applying.record_update(old, new, manager, written.status_subresource, subresource)
         new_meta = new.get("metadata")
         if isinstance(new_meta, dict):
             rv = new_meta.get("resourceVersion")
@@ -725,20 +750,23 @@ class Store:
                 raise errors.bad_request(
                     f"the name of the object ({new_meta.get('name')}) does not match the name on the URL ({name})"
                 )
-        return self._commit_update(res, old, new, subresource)
+        return self._commit_update(res, stored, new, subresource, written)
 
     def _apply(self, resource: str, namespace: str | None, name: str, config: Obj, manager: str, force: bool,
-               subresource: str | None) -> tuple[Obj, bool]:
-        """Server-side apply of ``config`` as ``manager``: (the stored object, whether it was created)."""
+               subresource: str | None, version: str | None = None) -> tuple[Obj, bool]:
+        """Server-side apply of ``config`` as ``manager`` through ``version`` (None: the one the
+        config's apiVersion names): (the stored object, whether it was created)."""
         res = self.resource(resource)
-        old = self.peek(resource, namespace, name)
-        if old is None and subresource is not None:
+        written = _written_as(res, config, version)
+        stored = self.peek(resource, namespace, name)
+        if stored is None and subresource is not None:
             raise errors.not_found(resource, name)
-        new = applying.apply(old, config, manager, force, res.status_subresource, subresource)
-        if old is None:
-            return self._create(resource, new, namespace), True
-        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        return self._commit_update(res, old, new, subresource), False
+        old = None if stored is None else view(written, stored)
+        new = applying.apply(old, config, manager, force, written.status_subresource, subresource)
+        if stored is None:
+            return self._create(resource, new, namespace, written.version or None), True
+        new["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+        return self._commit_update(res, stored, new, subresource, written), False
 
     def _delete(
         self,
@@ -963,10 +991,45 @@ def check_shape(res: resources.Resource, obj: Obj, name: str) -> None:
         raise errors.invalid(res.kind, res.key, name, causes)
 
 
-def _check_schema(res: resources.Resource, obj: Obj, name: str, subresource: str | None) -> None:
-    """422 Invalid for what violates the CRD's structural schema (status only for /status writes)."""
+def view(res: resources.Resource, obj: Obj) -> Obj:
+    """A stored object as version ``res`` of its kind reads it (conversion strategy None): apiVersion
+    rewritten and, if that version's schema prunes unlike the storage version's, pruned by it (no
+    defaults: kube-apiserver applies the storage version's on reading etcd, which the store did on
+    writing). The object itself for a kind with one version; never mutates ``obj``."""
+    if not res.multi_version:
+        return obj
+    wanted = res.api_version()
+    if res.prunes_on_read:
+        obj = schema.prune_and_default(res.schema, obj, defaults=False)
+    elif obj.get("apiVersion") == wanted:
+        return obj
+    return dict(obj, apiVersion=wanted)
+
+
+def _written_as(res: resources.Resource, obj: Any, version: str | None) -> resources.Resource:
+    """The version a write comes through: ``version``, else the one the body's apiVersion names, else storage."""
+    if not res.multi_version:
+        return res
+    if version is None and isinstance(obj, dict):
+        api_version = obj.get("apiVersion")
+        if isinstance(api_version, str) and api_version.startswith(res.group + "/"):
+            version = api_version[len(res.group) + 1:]
+    return res.at(version)
+
+
+def _to_storage(res: resources.Resource, obj: Obj) -> Obj:
+    """An object written through another version, as the storage version ``res`` stores it."""
+    obj = schema.prune_and_default(res.schema, obj) if res.schema else obj
+    obj["apiVersion"] = res.api_version()
+    return obj
+
+
+def _check_schema(res: resources.Resource, obj: Obj, name: str, subresource: str | None,
+                  old: Obj | None = None) -> None:
+    """422 Invalid for what violates the CRD's structural schema (status only for /status writes);
+    ``old``: the object an update replaces (validation ratchets on it)."""
     only = ("status",) if subresource == "status" else None
-    causes = schema.validate(res.schema, obj, only)
+    causes = schema.validate(res.schema, obj, only, old)
     if not causes:
         return
     parts = [f"{c['field']}: {c['message']}" for c in causes]
