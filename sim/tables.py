@@ -151,16 +151,24 @@ def _pod_status(pod: Obj) -> str:
     """The STATUS column of ``kubectl get pods``, as the upstream printer derives it."""
     status = pod.get("status") or {}
     reason = status.get("reason") or status.get("phase") or "Unknown"
-    for c in reversed(status.get("initContainerStatuses") or []):
+    initializing = False
+    init_statuses = status.get("initContainerStatuses") or []
+    for index, c in enumerate(init_statuses):
         state = c.get("state") or {}
-        if (t := state.get("terminated")) and t.get("exitCode") != 0:
+        if (t := state.get("terminated")) is not None and t.get("exitCode") == 0:
+            continue
+        if t is not None:
             reason = "Init:" + (t.get("reason") or f"ExitCode:{t.get('exitCode')}")
-            break
-        if (w := state.get("waiting")) and w.get("reason") not in (None, "", "PodInitializing"):
+        elif (w := state.get("waiting")) and w.get("reason") not in (None, "", "PodInitializing"):
             reason = "Init:" + w["reason"]
-            break
+        else:
+            reason = f"Init:{index}/{len((pod.get('spec') or {}).get('initContainers') or init_statuses)}"
+        initializing = True
+        break
+    initialized = any(c.get("type") == "Initialized" and c.get("status") == "True"
+                      for c in status.get("conditions") or [])
     has_running = False
-    for c in reversed(status.get("containerStatuses") or []):
+    for c in reversed(status.get("containerStatuses") or [] if not initializing or initialized else []):
         state = c.get("state") or {}
         if (w := state.get("waiting")) and w.get("reason"):
             reason = w["reason"]
