@@ -11,7 +11,10 @@ in sim/ (sim/kubelet.py): running for ``sim.kto.dev/duration``, exiting with
 removed once deleted. One test suite thus drives both tiers.
 
 The kubelet logic talks to a store; :class:`RemoteStore` is that store over
-HTTP, with the API server's errors turned into the sim's.
+HTTP, with the API server's errors turned into the sim's. The agent also
+serves the kubelet API of all its nodes on one HTTPS port
+(sim/kubeletserving.py: ``kubectl logs`` and ``kubectl exec`` through
+kube-apiserver) and registers the nodes with that endpoint.
 """
 
 from __future__ import annotations
