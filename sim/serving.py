@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import applying, discovery, errors, faults, patching, protobuf, resources, tables
+from sim import applying, discovery, errors, execing, faults, patching, protobuf, resources, tables
 from sim import store as sim_store
 
 log = logging.getLogger(__name__)
@@ -239,6 +239,8 @@ class Server:
         res = self.store.resource(key)
         if version not in res.versions:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+        # A CRD's version serves with its own schema, printer columns and subresources.
+        res = res.at(version)
         route.res = res
         if not res.namespaced and namespace is not None:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
@@ -332,7 +334,8 @@ class Server:
         if not body.get("apiVersion"):
             raise errors.bad_request(f"Object 'apiVersion' is missing in '{compact}'")
         if route.subresource is None or route.subresource == "status":
-            if body["apiVersion"] != expected and body["apiVersion"] not in {res.api_version(v) for v in res.versions}:
+            # Only the version of the URL: kube-apiserver refuses another served version's apiVersion too.
+            if body["apiVersion"] != expected:
                 raise errors.bad_request(
                     f"the API version in the data ({body['apiVersion']}) does not match the expected API version ({expected})"
                 )
@@ -349,13 +352,10 @@ class Server:
         if res.namespaced and not route.namespace and (for_write or route.name):
             raise errors.bad_request("the namespace of the object must be given in the request path")
 
-    def _out(self, obj: Obj, route: Route, res: resources.Resource) -> Obj:
-        """The object as the requested version shows it (only apiVersion differs between versions)."""
-        if len(res.versions) > 1:
-            wanted = res.api_version(route.version)
-            if obj.get("apiVersion") != wanted:
-                return dict(obj, apiVersion=wanted)
-        return obj
+    @staticmethod
+    def _out(obj: Obj, route: Route, res: resources.Resource) -> Obj:
+        """The stored object as the requested version of its kind reads it (``sim.store.view``)."""
+        return sim_store.view(res, obj)
 
     # --- verbs ----------------------------------------------------------------------------------------
 
@@ -365,16 +365,18 @@ class Server:
         sub = route.subresource
         if sub == "log" and res.key == "pods":
             return await self._pod_log(request, route)
+        if sub == "exec" and res.key == "pods":
+            return await execing.serve(request, self.store._get("pods", route.namespace, route.name), self.kubelet)
         if sub == "scale":
             return _json(self._scale(res, self.store._get(res.key, route.namespace, route.name)))
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-        obj = self.store._get(res.key, route.namespace, route.name)
+        obj = self._out(self.store._get(res.key, route.namespace, route.name), route, res)
         accept = _Accept(request.headers.get("Accept", ""))
         if accept.table:
             return _json(tables.table(res, [obj], include=request.query.get("includeObject", "Metadata"),
                                       resource_version=obj["metadata"].get("resourceVersion")))
-        return _json(self._out(obj, route, res))
+        return _json(obj)
 
     async def _list(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
         if route.subresource is not None:
@@ -386,6 +388,8 @@ class Server:
             res.key, route.namespace, query.get("labelSelector"), query.get("fieldSelector"),
             limit=limit or None, continue_token=query.get("continue") or None,
         )
+        if res.multi_version:
+            items = [self._out(i, route, res) for i in items]
         accept = _Accept(request.headers.get("Accept", ""))
         if accept.table:
             return _json(tables.table(res, items, include=query.get("includeObject", "Metadata"),
@@ -395,8 +399,6 @@ class Server:
             meta["continue"] = token
         if remaining is not None:
             meta["remainingItemCount"] = remaining
-        if len(res.versions) > 1:
-            items = [self._out(i, route, res) for i in items]
         return _json({"kind": res.list_kind, "apiVersion": res.api_version(route.version),
                       "metadata": meta, "items": items})
 
@@ -412,7 +414,7 @@ class Server:
         manager = request.query.get("fieldManager")
         if manager:
             applying.record_update(None, body, manager, res.status_subresource, None)
-        obj = self.store._create(res.key, body, route.namespace)
+        obj = self.store._create(res.key, body, route.namespace, res.version or None)
         return _json(self._out(obj, route, res), 201)
 
     async def _update(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
@@ -441,7 +443,7 @@ class Server:
                 if "managedFields" not in meta and "managedFields" in old["metadata"]:
                     meta["managedFields"] = old["metadata"]["managedFields"]
                 applying.record_update(old, body, manager, res.status_subresource, sub)
-        obj = self.store._update(res.key, body, sub)
+        obj = self.store._update(res.key, body, sub, res.version or None)
         return _json(self._out(obj, route, res))
 
     async def _patch(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
@@ -463,7 +465,7 @@ class Server:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._body(request)
         obj = self.store._patch(res.key, route.namespace, route.name, body, patch_type, sub,
-                                request.query.get("fieldManager") or None)
+                                request.query.get("fieldManager") or None, res.version or None)
         return _json(self._out(obj, route, res))
 
     async def _apply(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
@@ -487,7 +489,11 @@ class Server:
         if not kind or not api_version:
             group_version = api_version if "/" in api_version else f"/{api_version}"
             raise errors.bad_request(f"invalid object type: {group_version}, Kind={kind}")
-        if api_version not in {res.api_version(v) for v in res.versions} or kind != res.kind:
+        if kind == res.kind and api_version != res.api_version() and api_version in {
+                res.api_version(v) for v in res.versions}:
+            # Another served version of the kind: apply's decoder knows it, but not for this URL.
+            raise errors.bad_request(f"invalid object type: {api_version}, Kind={kind}")
+        if api_version != res.api_version() or kind != res.kind:
             raise errors.bad_request(
                 f"the API version in the data ({api_version}) does not match the expected API version "
                 f"({res.api_version(route.version)})" if kind == res.kind else
@@ -502,7 +508,8 @@ class Server:
         if res.namespaced:
             meta["namespace"] = route.namespace
         force = _bool(request.query, "force")
-        obj, created = self.store._apply(res.key, route.namespace, route.name, config, manager, force, sub)
+        obj, created = self.store._apply(res.key, route.namespace, route.name, config, manager, force, sub,
+                                         res.version or None)
         return _json(self._out(obj, route, res), 201 if created else 200)
 
     async def _delete_options(self, request: web.Request) -> tuple[str, Obj | None, bool | None]:
@@ -554,7 +561,8 @@ class Server:
         for item in list(items):
             meta = item["metadata"]
             try:
-                deleted.append(self.store._delete(res.key, meta.get("namespace"), meta["name"], policy))
+                deleted.append(self._out(self.store._delete(res.key, meta.get("namespace"), meta["name"], policy),
+                                         route, res))
             except errors.ApiError as exc:
                 if exc.code != 404:
                     raise
@@ -566,6 +574,8 @@ class Server:
     async def _create_subresource(self, request: web.Request, route: Route,
                                   res: resources.Resource) -> web.StreamResponse:
         assert route.name is not None
+        if res.key == "pods" and route.subresource == "exec":
+            return await execing.serve(request, self.store._get("pods", route.namespace, route.name), self.kubelet)
         if res.key != "pods" or route.subresource not in ("eviction", "binding"):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._body(request)
@@ -747,10 +757,12 @@ class Server:
             response.kto_fault = "watch_drop"  # type: ignore[attr-defined]
         columns_sent = False
         include = query.get("includeObject", "Metadata")
-        plain = not accept.table and len(res.versions) == 1
+        plain = not accept.table and not res.multi_version
 
         def encode(event: sim_store.WatchEvent) -> bytes:
             if event.type == "BOOKMARK":
+                if res.multi_version:
+                    return _dumps({"type": event.type, "object": dict(event.object, apiVersion=res.api_version())})
                 return _dumps({"type": event.type, "object": event.object})
             if plain:
                 source = event.source
@@ -761,7 +773,8 @@ class Server:
                     return line
                 return _dumps({"type": event.type, "object": event.object})
             if accept.table:
-                obj = tables.table(res, [event.object], include=include, with_columns=not columns_sent)
+                obj = tables.table(res, [self._out(event.object, route, res)], include=include,
+                                   with_columns=not columns_sent)
             else:
                 obj = self._out(event.object, route, res)
             return _dumps({"type": event.type, "object": obj})
