@@ -295,6 +295,19 @@ def _tokens(text: str) -> list[Word | str]:
     return out
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
+
+
+def _is_assignment(word: Word) -> bool:
+    """``NAME=value`` before a command (or alone)."""
+    leading = ""
+    for kind, text, quoted in word.parts:
+        if kind != "lit" or quoted:
+            break
+        leading += text
+    return re.match(r"[A-Za-z_]\w*=", leading) is not None
+
+
 def parse(text: str) -> Script:
     """A command line or script → its pipelines with the operators between them."""
     script: Script = []
@@ -418,6 +431,31 @@ class Shell:
         }
         self._running: list[str] = []
         """Command lines of the exec in progress (for ps: the shell, the pipeline's members)."""
+
+    def understands(self, argv: Sequence[str]) -> bool:
+        """Whether every command ``argv`` runs is one this shell simulates: the program
+        itself, and for ``sh -c SCRIPT`` each command word of the script (a ``for`` loop,
+        ``nslookup`` … are not). Words built from variables are not judged."""
+        if not argv:
+            return False
+        args = list(argv)
+        if args[0] in ("sh", "bash"):
+            rest = [a for a in args[1:] if a not in ("-e", "-x", "-ex", "-xe", "-l")]
+            if len(rest) >= 2 and rest[0] == "-c":
+                try:
+                    script = parse(rest[1])
+                except ShellSyntaxError:
+                    return False
+                for _, pipeline in script:
+                    for command in pipeline.commands:
+                        words = [w for w in command.words if not _is_assignment(w)]
+                        if not words or any(kind != "lit" for kind, _, _ in words[0].parts):
+                            continue
+                        name = "".join(text for _, text, _ in words[0].parts)
+                        if posixpath.basename(name) not in self._commands:
+                            return False
+                return True
+        return posixpath.basename(args[0]) in self._commands
 
     def run(self, argv: Sequence[str], stdin: bytes = b"", max_sleep: float = MAX_SLEEP) -> Result:
         """Run one exec's argv (``["sh", "-c", "…"]``, ``["cat", "/etc/x"]`` …)."""
@@ -577,7 +615,7 @@ class Shell:
 
     def _call(self, argv: list[str], io: _IO, frame: _Frame, budget: _Budget, depth: int) -> int:
         name = argv[0]
-        if "=" in name and not name.startswith("=") and re.fullmatch(r"[A-Za-z_]\w*=.*", name, re.S):
+        if "=" in name and not name.startswith("=") and _ASSIGNMENT.fullmatch(name):
             key, _, value = name.partition("=")
             frame.env[key] = value
             return self._call(argv[1:], io, frame, budget, depth) if len(argv) > 1 else 0

@@ -143,3 +143,16 @@ def test_chmod_keeps_the_mode(spec: str, before: int, after: int) -> None:
     shell.fs.write("/f", b"", before)
     assert shell.run(["chmod", spec, "/f"]).exit_code == 0
     assert shell.fs.mode("/f") == after
+
+
+@pytest.mark.parametrize(("argv", "understood"), [
+    pytest.param(["sh", "-c", "cp /a /b && chmod 600 /b"], True, id="cp-and-chmod"),
+    pytest.param(["sh", "-c", "X=1 echo $X; A=2"], True, id="assignments"),
+    pytest.param(["/bin/cat", "/x"], True, id="a-path-to-a-known-program"),
+    pytest.param(["sh", "-c", "err=1;for i in $(seq 3); do if nslookup m; then err=0; fi; done; exit $err"], False,
+                 id="a-dns-wait-loop"),
+    pytest.param(["nslookup", "x"], False, id="an-unknown-program"),
+    pytest.param(["sh", "-c", "echo 'unterminated"], False, id="a-syntax-error"),
+])
+def test_the_shell_says_whether_it_simulates_a_command(argv: list[str], understood: bool) -> None:
+    assert shelling.Shell(shelling.Filesystem()).understands(argv) is understood
