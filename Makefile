@@ -26,8 +26,11 @@ lint: $(STAMP)
 test:
 	@KTO_MAKE_STARTED=$$(date +%s) $(MAKE) --no-print-directory _test
 
+# Two pytest workers (pytest-xdist), a test file each at a time: the suite mostly
+# waits on clusters and brokers (each worker starts its own), so it takes ~60% of
+# the serial time on two cores.
 _test: $(STAMP) lint parts
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Kubernetes (go build from the Go module proxy) and Kafka (jars from Maven
 # Central), built once per machine into ~/.cache/kto; a no-op when cached.

@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 WANTED_DECISIONS = frozenset({"timer_fired", "job_check_due"})
 """Decisions the reconciler reads: its own timers and checks. Not failure verdicts:
 a verdict is taken from the job (``kto.dev/failure``), never from a record."""
+DELETE_CONFIRM_AFTER = 5.0
+"""Seconds after which a child this worker deleted, whose DELETED observation has not come,
+is looked up on the API server: a watcher that died right after the delete never publishes it
+(its successor does not know the child), and waiting ``delete_grace`` for it would leave, say,
+a restarted replica missing for minutes."""
 CONFLICT_RETRY_AFTER = 0.5
 """Seconds before a key whose API write met 409 Conflict is read afresh and settled again."""
 CONCURRENT_KINDS = frozenset({"Pod", "Service"})
@@ -151,6 +156,8 @@ class Reconciler:
         if view.gone:
             self._forget(job_key)  # its DELETED observation was the last word
             return
+        if self._unconfirmed_deletes(job_key):
+            view.hydrated = False  # the API server says whether they are gone
         if not view.hydrated:
             known = view.job
             await self._hydrate(key, view)
@@ -201,6 +208,7 @@ class Reconciler:
 
     async def _hydrate(self, key: records.JobKey, view: views.JobView) -> None:
         client = await self._clusters.get(key.cluster)
+        held = set(view.children)
         job, children = await hydrating.hydrate(
             client, key.kind, key.namespace, key.name, podgroups=self._podgroups,
         )
@@ -208,6 +216,9 @@ class Reconciler:
             view.replace_job(None)
         else:
             view.replace_job(job)
+            # The API server's list is the truth: what the view held and the list lacks is
+            # gone (children observed while the list was read are kept).
+            view.drop_children(held - {views.child_key(c) for c in children})
             for child in children:
                 view.observe_child(child, deleted=False)
             self._job_seen[str(key)] = asyncio.get_running_loop().time()
@@ -231,6 +242,24 @@ class Reconciler:
             timer.cancel()
         for entry in [e for e in self._deleted if e[0] == job_key]:
             del self._deleted[entry]
+
+    def _unconfirmed_deletes(self, job_key: str) -> bool:
+        """Whether a child this worker deleted over :data:`DELETE_CONFIRM_AFTER` ago is
+        still unconfirmed (its marks are dropped: hydration shows what is left)."""
+        now = asyncio.get_running_loop().time()
+        stale = [e for e, (_, at) in self._deleted.items() if e[0] == job_key and now - at >= DELETE_CONFIRM_AFTER]
+        for entry in stale:
+            del self._deleted[entry]
+        return bool(stale)
+
+    def _next_look(self, job_key: str, requeue_after: float | None) -> float | None:
+        """The decision's requeue, or sooner when a delete of this key waits for confirmation."""
+        now = asyncio.get_running_loop().time()
+        pending = [at + DELETE_CONFIRM_AFTER - now for e, (_, at) in self._deleted.items() if e[0] == job_key]
+        if not pending:
+            return requeue_after
+        confirm = max(min(pending), 0.0)
+        return confirm if requeue_after is None else min(requeue_after, confirm)
 
     def _children(self, job_key: str, view: views.JobView) -> list[dict[str, Any]]:
         """Observed children, with the ones this worker deleted marked as terminating."""
@@ -294,7 +323,7 @@ class Reconciler:
             await self._delete(client, key, view, ref)
         if decision.delete_job:
             await self._delete_job(client, key, view)
-        self._arm_timer(job_key, decision.requeue_after)
+        self._arm_timer(job_key, self._next_look(job_key, decision.requeue_after))
 
     async def _reconcile_mpi_v2(self, key: records.JobKey, view: views.JobView) -> None:
         """An MPIJob written in kubeflow.org/v2beta1: mpi-operator's sync (spec Part A),
@@ -335,6 +364,7 @@ class Reconciler:
             # Upstream returns the error and is called again with back-off: a foreign
             # child in the way. Looked at again when anything of the job changes.
             log.warning("%s: %s", key, decision.error)
+        self._arm_timer(str(key), self._next_look(str(key), None))
 
     async def _reconcile_training_job(self, key: records.JobKey, view: views.JobView) -> None:
         """An et-operator TrainingJob (spec Part B), decided by
@@ -444,8 +474,7 @@ class Reconciler:
         for step in decision.steps:
             await self._decide(key, view, "elastic_step", child_name=step.subject, reason=step.kind,
                                message=step.detail)
-        if decision.requeue_after is not None:
-            self._arm_timer(str(key), decision.requeue_after)
+        self._arm_timer(str(key), self._next_look(str(key), decision.requeue_after))
 
     async def _fail_unloadable_training_job(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, exc: elastic.LoadError,

@@ -127,9 +127,11 @@ class StatusAggregator:
             # server has not shown this worker: the API server settles it.
             view.hydrated = False
         if not view.hydrated:
+            held = set(view.children)
             job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
             if job is not None:
                 view.replace_job(job)
+                view.drop_children(held - {views.child_key(p) for p in pods})
                 for pod in pods:
                     view.observe_child(pod, deleted=False)
             view.hydrated = True

@@ -126,6 +126,13 @@ class JobView:
         self.job, self.gone, self.confirmed, self.reread = obj, False, True, False
         self.from_server = (_uid(obj), dict(_annotations(obj)))
 
+    def drop_children(self, keys: set[ChildKey]) -> None:
+        """Forget children the API server no longer has (a hydration listed the job's
+        children and these were not among them): their DELETED observation may never
+        come, e.g. when the watcher that would have published it died first."""
+        for key in keys:
+            self.children.pop(key, None)
+
     def observe_child(self, obj: Manifest, deleted: bool) -> bool:
         """Take in a child; True if what decisions and statuses look at changed
         (:func:`relevant_state`), False for a change nothing depends on."""

@@ -132,3 +132,60 @@ async def test_a_reconciler_killed_right_after_a_deadline_verdict_leaves_its_suc
             first.kill()
     if pipeline.tier == "sim":
         assert await successor_acted(pipeline, key, decided.instance, "child_deleted")
+
+
+async def test_a_replica_deleted_for_a_restart_is_recreated_when_the_watcher_died_before_its_deleted(
+    pipeline: Pipeline,
+) -> None:
+    """The watcher dies while the reconciler deletes a failed worker for its restart, and its
+    successor, knowing nothing of the pod, publishes no DELETED for it: the reconciler asks the
+    API server after a few seconds instead of waiting ``delete_grace`` (300 s), and recreates
+    the worker, so the job runs its restarts as it should."""
+    if pipeline.tier != "sim":
+        pytest.skip("needs fault injection (a slow DELETE), which only the sim has")
+    manifest = job("PyTorchJob", "orphaned-restart", {"Master": (1, "ExitCode"), "Worker": (1, "ExitCode")},
+                   "pytorch", runPolicy={"backoffLimit": 3})
+    annotate(manifest, "Master", duration="60s")
+    annotate(manifest, "Worker", duration="0.5s", exit_code="137", fail_times="1")
+    pipeline.cluster.faults.set("latency=delete:2000ms")
+    await pipeline.submit(manifest)
+
+    def deletes() -> list[dict[str, Any]]:
+        return [r for r in pipeline.requests()
+                if r["verb"] == "delete" and r["name"] == "orphaned-restart-worker-0"]
+
+    async def deleting() -> bool:
+        return bool(deletes())
+
+    # The worker fails; the reconciler's DELETE of it is slow: the watcher goes meanwhile.
+    async def failed() -> bool:
+        pods = {p["metadata"]["name"]: p for p in await pipeline.pods("orphaned-restart")}
+        worker = pods.get("orphaned-restart-worker-0")
+        return worker is not None and (worker.get("status") or {}).get("phase") == "Failed"
+
+    await pipeline.eventually(failed, timeout=30, what="worker 0 failed")
+    await asyncio.sleep(0.5)  # the failure is on the topic, the DELETE under way
+    await pipeline.stop("watcher")
+    pipeline.cluster.faults.set("")
+    await pipeline.eventually(deleting, timeout=20, what="the restart's DELETE")
+    pipeline.start_watcher("watcher-2")
+
+    async def recreated() -> bool:
+        pods = {p["metadata"]["name"]: p for p in await pipeline.pods("orphaned-restart")}
+        worker = pods.get("orphaned-restart-worker-0")
+        return worker is not None and not worker["metadata"].get("deletionTimestamp") and bool(deletes())
+
+    try:
+        await pipeline.eventually(recreated, timeout=30)
+    except AssertionError:
+        trail = [(r["verb"], r["resource"], r["name"], r["code"]) for r in pipeline.requests()
+                 if (r["name"] or "").startswith("orphaned-restart") and r["verb"] not in ("get", "list", "watch")]
+        raise AssertionError(f"worker 0 not recreated after its restart: {trail}") from None
+    async def worker_finished() -> bool:
+        status = (await pipeline.job("PyTorchJob", "orphaned-restart")).get("status") or {}
+        return ((status.get("replicaStatuses") or {}).get("Worker") or {}).get("succeeded") == 1
+
+    await pipeline.eventually(worker_finished, timeout=30, what="the recreated worker succeeded")
+    job_now = await pipeline.job("PyTorchJob", "orphaned-restart")
+    assert job_now["metadata"]["annotations"]["kto.dev/replica-restarts"] == "1", "the restart counted once"
+    assert not any(c["type"] == "Failed" for c in job_now["status"]["conditions"])

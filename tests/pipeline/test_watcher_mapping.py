@@ -58,5 +58,7 @@ def test_an_object_maps_to_its_job_key(obj: dict[str, Any], expected: str | None
 
 
 def test_every_job_kind_has_a_controller_name() -> None:
+    """mpi-operator's pods (an MPIJob v2beta1's launcher Job's) name the MPIJob too."""
     assert sorted(mapping.KIND_BY_CONTROLLER.values()) == sorted(
-        ["PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob"])
+        ["PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob", "MPIJob"])
+    assert mapping.KIND_BY_CONTROLLER["mpi-operator"] == "MPIJob"
