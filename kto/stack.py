@@ -95,6 +95,9 @@ class StackSettings:
     gpus_per_node: int = 8
     """``nvidia.com/gpu`` capacity of each simulated node."""
 
+    pod_duration: float = 2.0
+    """Seconds a simulated pod runs unless its ``sim.kto.dev/duration`` annotation says otherwise."""
+
     control_plane: str = "sim"
     """``sim`` (``kto sim``, in one Python process) or ``kube`` (``kto control-plane``: real
     etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kto's node agent)."""
@@ -116,8 +119,8 @@ class StackSettings:
         for name in ("clusters", "reconcilers", "status_workers", "partitions", "nodes"):
             if getattr(self, name) < 1:
                 raise StackError(f"{name.replace('_', '-')} must be at least 1")
-        if self.gpus_per_node < 0 or self.api_latency_ms < 0:
-            raise StackError("gpus-per-node and api-latency must not be negative")
+        if self.gpus_per_node < 0 or self.api_latency_ms < 0 or self.pod_duration < 0:
+            raise StackError("gpus-per-node, api-latency and pod-duration must not be negative")
         if self.reconciler_concurrency is not None and self.reconciler_concurrency < 1:
             raise StackError("reconciler concurrency must be at least 1")
         if self.control_plane not in CONTROL_PLANES:
@@ -153,9 +156,10 @@ def cluster_argv(settings: StackSettings, directory: pathlib.Path, context: str)
     if settings.control_plane == "kube":
         return ["control-plane", "--state-dir", str(directory), "--context", context, "--crds", str(CRD_DIR),
                 "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node),
-                "--restart-dead-parts"]
+                "--pod-duration", f"{settings.pod_duration:g}", "--restart-dead-parts"]
     argv = ["sim", "--port", "0", "--kubeconfig", str(directory / "kubeconfig"),
-            "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node)]
+            "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node),
+            "--pod-duration", f"{settings.pod_duration:g}"]
     if settings.fault_spec:
         argv += ["--faults", settings.fault_spec]
     return argv

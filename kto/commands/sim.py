@@ -15,6 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 picks a free one)")
     parser.add_argument("--nodes", type=int, default=4, help="number of simulated nodes")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity of each node")
+    parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds a pod runs unless its sim.kto.dev/duration says otherwise (default 2)")
     parser.add_argument("--cpu-per-node", default="32", help="CPU capacity of each node (a quantity)")
     parser.add_argument("--memory-per-node", default="256Gi", help="memory capacity of each node (a quantity)")
     parser.add_argument("--kubeconfig", type=pathlib.Path, default=pathlib.Path(".kto/sim/kubeconfig"),
@@ -39,12 +41,13 @@ def run(args: argparse.Namespace) -> int:
         faults.parse(args.faults)
     except faults.FaultSpecError as exc:
         raise cli.UserError(f"--faults: {exc}") from None
-    if args.nodes < 0 or args.gpus_per_node < 0:
-        raise cli.UserError("--nodes and --gpus-per-node must not be negative")
+    if args.nodes < 0 or args.gpus_per_node < 0 or args.pod_duration < 0:
+        raise cli.UserError("--nodes, --gpus-per-node and --pod-duration must not be negative")
     settings = sim_settings.SimSettings(
         port=args.port,
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
+        pod_duration=args.pod_duration,
         cpu_per_node=args.cpu_per_node,
         memory_per_node=args.memory_per_node,
         kubeconfig=args.kubeconfig.resolve(),

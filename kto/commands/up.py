@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="latency every simulated API request gets, in ms (default 0)")
     parser.add_argument("--nodes", type=int, default=4, help="simulated nodes per cluster (default 4)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+    parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds a simulated pod runs unless its sim.kto.dev/duration says otherwise "
+                             "(default 2; longer lets you watch a job scale)")
 
 
 def _age(seconds: float) -> str:
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         settings = stack.StackSettings(
             state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
-            nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+            nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
             control_plane=args.control_plane, broker=args.broker,
         )
     except stack.StackError as exc:
