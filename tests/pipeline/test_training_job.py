@@ -12,6 +12,8 @@ from typing import Any
 from shared.bus import reading, records
 from shared.kube import resources
 from tests.fixtures.pipeline import Pipeline
+from tests.pipeline.test_crashes import killed_and_replaced, start_reconciler_process
+from tests.pipeline.test_run_policy import killing_on
 
 JOB = "et"
 LAUNCHER = f"{JOB}-launcher"
@@ -203,3 +205,36 @@ async def pipeline_records(pipeline: Pipeline) -> list[dict[str, Any]]:
         if isinstance(record, records.Decision):
             found.append({"action": record.action, "reason": record.reason, "message": record.message})
     return found
+
+
+async def test_a_scale_interrupted_by_a_reconciler_sigkill_resumes_without_doubling_a_worker(
+    pipeline: Pipeline,
+) -> None:
+    """SIGKILL the reconciler the moment it has decided to create the first worker a ScaleOut
+    adds (its write-ahead record is on the topic), and again when it has removed the worker a
+    ScaleIn takes away: its successor finishes each scale from the log and the cluster, with
+    exactly the workers asked for and the hostfile to match."""
+    await pipeline.stop("reconciler")
+    first = await start_reconciler_process(pipeline)
+    key = pipeline.key("TrainingJob", JOB)
+    try:
+        await pipeline.submit(training_job(2))
+        await phase_is(pipeline, "Running")
+        await hostfile_is(pipeline, [0, 1])
+        adding = (lambda r: r.action == "child_created" and r.child_kind == "Pod" and r.child_name == worker(2))
+        async with killing_on(pipeline, first, key, adding) as killed:
+            await pipeline.submit(scaler("ScaleOut", "out", toAdd={"count": 2}))
+            await asyncio.wait_for(killed, 60)
+        async with killed_and_replaced(first, lambda: start_reconciler_process(pipeline)):
+            await scaler_done(pipeline, "ScaleOut", "out")
+            await workers_are(pipeline, [0, 1, 2, 3])
+            await hostfile_is(pipeline, [0, 1, 2, 3])
+            # The launcher, two workers, then the two the ScaleOut added: a pod created twice would
+            # have met 409 AlreadyExists, one added twice would show as a fifth worker.
+            creates = [r for r in pipeline.requests() if r["verb"] == "create" and r["code"] == 201
+                       and r["resource"].split(".")[0] == "pods"]
+            assert len(creates) == 5, creates
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)
