@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+from shared.kube import resources
 from tests.fixtures.pipeline import Pipeline
 from tests.fixtures.sim import Kubectl
 
@@ -31,3 +32,36 @@ async def test_an_mpi_operator_example_applied_with_kubectl_succeeds(
     launcher = await kubectl("-n", pipeline.namespace, "get", "job", f"{name}-launcher",
                              "-o", "jsonpath={.status.succeeded}")
     assert launcher.stdout == "1"
+
+
+ET_EXAMPLES = ROOT / "examples" / "et-operator"
+
+
+async def test_the_et_operator_examples_applied_with_kubectl_bind_their_scalers_and_the_job_completes(
+    pipeline: Pipeline, tmp_path: pathlib.Path,
+) -> None:
+    """The TrainingJob and its three scalers, applied unchanged. The tiers' simulated pods run
+    for a second, so the launcher finishes before a scaler's turn comes (scaling itself is
+    tests/pipeline/test_training_job.py): the job ends Succeeded, as upstream's would when its
+    launcher exits 0, and each scaler is bound to it with its Created condition."""
+    kubectl = Kubectl(pipeline.kubeconfig, tmp_path / "kube-cache")
+    ns = pipeline.namespace
+    out = await kubectl("-n", ns, "apply", "-f", str(ET_EXAMPLES / "training_job.yaml"))
+    assert out.stdout.strip() == "trainingjob.kai.alibabacloud.com/elastic-training created"
+    for name in ("scale_out.yaml", "scale_in_count.yaml", "scale_in_pod.yaml"):
+        await kubectl("-n", ns, "apply", "-f", str(ET_EXAMPLES / name))
+
+    async def succeeded() -> bool:
+        job = await pipeline.client.get(resources.TRAININGJOBS, ns, "elastic-training")
+        return (job.get("status") or {}).get("phase") == "Succeeded"
+
+    await pipeline.eventually(succeeded, timeout=90, what="TrainingJob elastic-training Succeeded")
+    job = await pipeline.client.get(resources.TRAININGJOBS, ns, "elastic-training")
+    assert {c["type"]: c["status"] for c in job["status"]["conditions"]}["Succeeded"] == "True"
+    for kind, name in (("ScaleOut", "scaleout-example"), ("ScaleIn", "scalein-example"), ("ScaleIn", "scalein-workers")):
+        scaler = await pipeline.client.get(resources.SCALER_TYPES[kind], ns, name)
+        owner = scaler["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainingJob", "elastic-training", True)
+        assert any(c["type"] == "Created" for c in (scaler.get("status") or {}).get("conditions") or [])
+    shown = await kubectl("-n", ns, "get", "trainingjobs")
+    assert "Succeeded" in shown.stdout
