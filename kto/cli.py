@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "demo": "kto.commands.demo",
     "bench": "kto.commands.bench",
     "chaos": "kto.commands.chaos",
+    "history": "kto.commands.history",
     "sim-bench": "kto.commands.sim_bench",
 }
 """Sub-command name → module implementing it."""

@@ -12,9 +12,12 @@ used, so nothing is committed and no running group is disturbed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
 from shared.bus import records
@@ -123,3 +126,112 @@ async def committed_offsets(
         return result
     finally:
         await consumer.stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One record of the jobs topic as ``kto history`` shows it: where it is, when it was
+    written, and the record (or, for one that does not decode, why)."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: str
+    record: records.Record | None
+    error: str = ""
+    """Why the record does not decode (``record`` is None then)."""
+    trace_id: str = ""
+    """The W3C trace id of the ``traceparent`` header ("" without one)."""
+
+
+def _trace_id(headers: Sequence[tuple[str, bytes]] | None) -> str:
+    for name, value in headers or ():
+        if name == "traceparent":
+            parts = value.decode(errors="replace").split("-")
+            return parts[1] if len(parts) >= 3 else ""
+    return ""
+
+
+async def scan(
+    settings: KafkaSettings,
+    *,
+    accept: Callable[[str], bool],
+    key: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    follow: bool = False,
+    topic: str | None = None,
+) -> AsyncIterator[Entry]:
+    """The records of the jobs topic (or ``topic``) whose key ``accept`` takes, partition by
+    partition in log order (every partition is read to its end before the next is; with
+    ``follow`` they are read together and for ever). ``key``: only its partition is read.
+    ``since_ms`` seeks each partition by timestamp instead of reading it from its beginning;
+    ``until_ms`` ends a partition at the first record written later."""
+    topic = topic or settings.jobs_topic
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), group_id=None, enable_auto_commit=False,
+        auto_offset_reset="earliest", fetch_max_wait_ms=settings.fetch_max_wait_ms,
+    )
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        await consumer.stop()
+        raise BusError(f"cannot reach the broker at {settings.bootstrap}: {exc}") from None
+    try:
+        partitions = sorted(await _partitions(consumer, settings, topic))
+        if key is not None:
+            partitions = [partition_for_key(key, len(partitions))]
+        tps = [TopicPartition(topic, p) for p in partitions]
+        groups = [tps] if follow else [[tp] for tp in tps]
+        for group in groups:
+            consumer.assign(group)
+            starts = await consumer.beginning_offsets(group)
+            if since_ms is not None:
+                found = await consumer.offsets_for_times({tp: since_ms for tp in group})
+                for tp in group:
+                    hit = found.get(tp)
+                    starts[tp] = hit.offset if hit is not None else (await consumer.end_offsets([tp]))[tp]
+            for tp in group:
+                consumer.seek(tp, starts[tp])
+            async for entry in _drain(consumer, group, accept, since_ms, until_ms, follow):
+                yield entry
+    finally:
+        await consumer.stop()
+
+
+async def _drain(
+    consumer: AIOKafkaConsumer, group: list[TopicPartition], accept: Callable[[str], bool],
+    since_ms: int | None, until_ms: int | None, follow: bool,
+) -> AsyncIterator[Entry]:
+    """Read ``group`` to its end (see :func:`read_history` on Tansu's end offsets), or for ever.
+    Records older than ``since_ms`` are passed over too: Tansu answers a time lookup past
+    the last record with offset 0, not with none."""
+    ends = await consumer.end_offsets(group)
+    done: set[TopicPartition] = set()
+    loop = asyncio.get_running_loop()
+    drain_until: float | None = None
+    while follow or len(done) < len(group):  # ``done``: past ``until_ms``
+        batch = await consumer.getmany(*group, timeout_ms=_DRAIN_POLL_MS, max_records=1000)
+        for tp, messages in batch.items():
+            for message in messages:
+                if until_ms is not None and message.timestamp > until_ms:
+                    done.add(tp)
+                    break
+                key = (message.key or b"").decode(errors="replace")
+                if since_ms is not None and message.timestamp < since_ms or not accept(key):
+                    continue
+                try:
+                    record: records.Record | None = records.decode(message.value)
+                    error = ""
+                except records.MalformedRecord as exc:
+                    record, error = None, exc.reason
+                yield Entry(tp.partition, message.offset, message.timestamp, key, record, error,
+                            _trace_id(message.headers))
+        if follow or any(batch.values()):
+            continue
+        positions = [await consumer.position(tp) for tp in group]
+        if all(position >= ends[tp] for position, tp in zip(positions, group)):
+            return
+        drain_until = drain_until or loop.time() + _DRAIN_LIMIT_S
+        if loop.time() >= drain_until:
+            return

@@ -1,0 +1,279 @@
+"""``kto history``: a job's audit trail from ``kto.jobs`` — every observation and decision.
+
+In: a job chosen as kubectl chooses it (``-n NS pytorchjob/NAME`` or
+``pytorchjob NAME``, ``--cluster``), or every job of a namespace or cluster
+(``--all``), optionally in a time window (``--since``, ``--until``); the broker
+from ``KTO_KAFKA_*`` or ``--bootstrap``. Out: the records in log order — offset,
+time, source, what happened, trace id — as a table, JSON or YAML; ``--timeline``
+adds one row per pod (created, scheduled, running, restarts, finished);
+``--follow`` keeps reading. Only the job's partition is read for one job, and
+``--since`` seeks by timestamp. A record that does not decode is shown with its
+offset and why; a job with no record says so in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sys
+from typing import Any
+
+HELP = "Print a job's history (observations and decisions) from the kto.jobs topic."
+
+_EPILOG = """\
+examples:
+  kto history -n team-a pytorchjob/mnist
+  kto history mpijob pi --timeline
+  kto history --all -n team-a --since 1h -o json
+  kto history -n team-a trainingjob/elastic-training --follow
+The broker is KTO_KAFKA_BOOTSTRAP (what `kto up` printed as bootstrap=...) unless
+--bootstrap is given.
+"""
+
+KINDS = {
+    "PyTorchJob": ("pytorchjob", "pytorchjobs"), "TFJob": ("tfjob", "tfjobs"),
+    "XGBoostJob": ("xgboostjob", "xgboostjobs"), "MPIJob": ("mpijob", "mpijobs"),
+    "PaddleJob": ("paddlejob", "paddlejobs"), "JAXJob": ("jaxjob", "jaxjobs"),
+    "TrainingJob": ("trainingjob", "trainingjobs"),
+}
+"""Job kind → the names kubectl accepts for it (besides the kind itself, any case)."""
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = _EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("job", nargs="*", metavar="KIND/NAME",
+                        help="the job: KIND/NAME or KIND NAME (pytorchjob, mpijob, trainingjob ...)")
+    parser.add_argument("-n", "--namespace", default=None, help="the job's namespace (default: default)")
+    parser.add_argument("--cluster", default=None, help="the cluster (kubeconfig context) of the job key; any when unset")
+    parser.add_argument("--all", action="store_true", help="every job of the namespace (with -n) or cluster")
+    parser.add_argument("--since", default=None, help="only records written since: a duration (30s, 5m, 2h, 1d) or an ISO time")
+    parser.add_argument("--until", default=None, help="only records written until this ISO time")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument("--timeline", action="store_true", help="also one row per pod: created, scheduled, running, restarts, finished")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep reading new records (Ctrl-C stops)")
+    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap address (default: KTO_KAFKA_BOOTSTRAP)")
+
+
+def _kind(text: str) -> str:
+    from kto.cli import UserError
+
+    lowered = text.lower().split(".")[0]
+    for kind, names in KINDS.items():
+        if lowered == kind.lower() or lowered in names:
+            return kind
+    raise UserError(f"{text!r} is not a job kind kto serves ({', '.join(KINDS)})")
+
+
+def _time(text: str, now: dt.datetime, option: str) -> int:
+    """Milliseconds since the epoch of ``--since`` / ``--until``."""
+    from kto.cli import UserError
+
+    match = _DURATION.match(text)
+    if match is not None:
+        seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        return int((now - dt.timedelta(seconds=seconds)).timestamp() * 1000)
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"{option} {text!r}: neither a duration (30s, 5m, 2h, 1d) nor an ISO time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _selection(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """(the full job key when known, a predicate over record keys)."""
+    from kto.cli import UserError
+
+    namespace = args.namespace or "default"
+    if args.all:
+        if args.job:
+            raise UserError("--all takes no KIND/NAME")
+        if args.namespace is None and args.cluster is None:
+            raise UserError("--all needs -n NAMESPACE or --cluster (or both)")
+
+        def accept_all(key: str) -> bool:
+            parts = key.split("/")
+            return len(parts) == 4 and (args.cluster is None or parts[0] == args.cluster) and (
+                args.namespace is None or parts[1] == args.namespace)
+        return None, accept_all
+    words = [part for word in args.job for part in word.split("/") if part]
+    if len(words) != 2:
+        raise UserError("name the job as KIND/NAME or KIND NAME (or use --all)")
+    kind, name = _kind(words[0]), words[1]
+    suffix = f"/{namespace}/{kind}/{name}"
+    if args.cluster is not None:
+        key = f"{args.cluster}{suffix}"
+        return key, lambda k: k == key
+    return None, lambda k: k.endswith(suffix) and k.count("/") == 3
+
+
+def _when(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _what(entry: Any) -> tuple[str, str, str]:
+    """(source, event, detail) of one entry, for the table."""
+    from shared.bus import records
+
+    record = entry.record
+    if record is None:
+        return "-", "UNDECODABLE", entry.error[:200]
+    source = f"{record.source}/{record.instance}" if record.instance else record.source
+    if isinstance(record, records.Observation):
+        obj = record.object if isinstance(record.object, dict) else {}
+        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+        status: dict[str, Any] = obj["status"] if isinstance(obj.get("status"), dict) else {}
+        detail = f"{record.object_kind} {meta.get('name', '')}"
+        phase = status.get("phase")
+        conditions = [c.get("type") for c in status.get("conditions") or [] if isinstance(c, dict)
+                      and c.get("status") == "True"] if record.object_kind in KINDS else []
+        if phase:
+            detail += f" phase={phase}"
+        if conditions:
+            detail += f" conditions={','.join(str(c) for c in conditions)}"
+        if meta.get("deletionTimestamp"):
+            detail += " deleting"
+        return source, record.event, detail
+    assert isinstance(record, records.Decision)
+    child = f"{record.child_kind} {record.child_name}" if record.child_kind or record.child_name else ""
+    detail = " ".join(part for part in (child, record.reason, record.message) if part)
+    return source, record.action, detail[:160]
+
+
+def _dict(entry: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"partition": entry.partition, "offset": entry.offset, "time": _when(entry.timestamp_ms),
+                           "key": entry.key, "trace_id": entry.trace_id}
+    if entry.record is None:
+        out["error"] = entry.error
+    else:
+        out["record"] = entry.record.model_dump(mode="json", by_alias=True)
+    return out
+
+
+def _timeline(entries: list[Any]) -> list[dict[str, Any]]:
+    """One row per pod seen: first observed, scheduled (nodeName), Running, restarts, end."""
+    from shared.bus import records
+
+    pods: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        record = entry.record
+        if not isinstance(record, records.Observation) or record.object_kind != "Pod":
+            continue
+        obj = record.object if isinstance(record.object, dict) else {}
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        name = f"{meta.get('name', '')} ({str(meta.get('uid', ''))[:8]})"
+        row = pods.setdefault(name, {"pod": name, "created": _when(entry.timestamp_ms), "scheduled": "",
+                                     "running": "", "restarts": 0, "finished": "", "phase": ""})
+        when = _when(entry.timestamp_ms)
+        if spec.get("nodeName") and not row["scheduled"]:
+            row["scheduled"] = when
+        phase = status.get("phase") or ""
+        if phase == "Running" and not row["running"]:
+            row["running"] = when
+        restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []
+                       if isinstance(c, dict))
+        row["restarts"] = max(row["restarts"], restarts)
+        if phase in ("Succeeded", "Failed") and not row["finished"]:
+            row["finished"] = when
+        if record.event == "DELETED" and not row["finished"]:
+            row["finished"] = f"{when} (deleted)"
+        row["phase"] = "Deleted" if record.event == "DELETED" else (phase or row["phase"])
+    return list(pods.values())
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _row(entry: Any, with_key: bool) -> list[str]:
+    source, event, detail = _what(entry)
+    row = [f"{entry.partition}/{entry.offset}", _when(entry.timestamp_ms), source, event, detail,
+           entry.trace_id[:16]]
+    return [entry.key, *row] if with_key else row
+
+
+async def _collect(args: argparse.Namespace, settings: Any, key: str | None, accept: Any,
+                   since_ms: int | None, until_ms: int | None) -> int:
+    from shared.bus import reading
+
+    with_key = args.all or key is None and args.cluster is None
+    header = (["KEY"] if with_key else []) + ["OFFSET", "TIME", "SOURCE", "EVENT", "DETAIL", "TRACE"]
+    entries: list[Any] = []
+    stream = reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
+                          follow=args.follow)
+    if args.follow:
+        if args.output == "table":
+            print("   ".join(header), flush=True)
+        async for entry in stream:
+            if args.output == "table":
+                print("   ".join(_row(entry, with_key)), flush=True)
+            else:
+                print(json.dumps(_dict(entry)), flush=True)
+        return 0
+    async for entry in stream:
+        entries.append(entry)
+    entries.sort(key=lambda e: (e.timestamp_ms, e.partition, e.offset) if with_key else (e.offset,))
+    if not entries:
+        what = "records" if args.all else f"records of {'/'.join(args.job)} (namespace {args.namespace or 'default'})"
+        print(f"kto history: no {what} in {settings.jobs_topic}" + (" in that time window" if since_ms or until_ms else ""),
+              file=sys.stderr)
+        return 1
+    if args.output == "table":
+        print(_table([_row(e, with_key) for e in entries], header))
+        if args.timeline:
+            pods = _timeline(entries)
+            print()
+            columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"]
+            print(_table([[str(p[c]) for c in columns] for p in pods], [c.upper() for c in columns])
+                  if pods else "(no pod observed)")
+        return 0
+    document: dict[str, Any] = {"records": [_dict(e) for e in entries]}
+    if args.timeline:
+        document["timeline"] = _timeline(entries)
+    if args.output == "json":
+        print(json.dumps(document, indent=2))
+    else:
+        import yaml
+
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from kto.cli import UserError
+    from shared.bus.errors import BusError
+    from shared.bus.settings import KafkaSettings, SettingsError
+
+    key, accept = _selection(args)
+    # The Kafka client's own complaints (a refused connection, retried) are not the user's
+    # business: what went wrong is said once, below.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    now = dt.datetime.now(dt.UTC)
+    since_ms = _time(args.since, now, "--since") if args.since else None
+    until_ms = _time(args.until, now, "--until") if args.until else None
+    try:
+        settings = KafkaSettings.from_env()
+        if args.bootstrap:
+            settings = KafkaSettings.from_env({**os.environ, "KTO_KAFKA_BOOTSTRAP": args.bootstrap})
+    except SettingsError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        return asyncio.run(asyncio.wait_for(_collect(args, settings, key, accept, since_ms, until_ms),
+                                            None if args.follow else 120))
+    except TimeoutError:
+        raise UserError(f"the broker at {settings.bootstrap} did not answer in 120s") from None
+    except BusError as exc:
+        raise UserError(str(exc)) from None
