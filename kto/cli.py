@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "bench": "kto.commands.bench",
     "chaos": "kto.commands.chaos",
     "history": "kto.commands.history",
+    "export": "kto.commands.export",
     "sim-bench": "kto.commands.sim_bench",
 }
 """Sub-command name → module implementing it."""

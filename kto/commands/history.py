@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import logging
 import os
+import pathlib
 import re
 import sys
 from typing import Any
@@ -60,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeline", action="store_true", help="also one row per pod: created, scheduled, running, restarts, finished")
     parser.add_argument("--follow", "-f", action="store_true", help="keep reading new records (Ctrl-C stops)")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap address (default: KTO_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--from", dest="from_dir", type=pathlib.Path, default=None, metavar="DIR",
+                        help="read the JSON Lines files `kto export` wrote instead of the broker")
 
 
 def _kind(text: str) -> str:
@@ -72,7 +75,7 @@ def _kind(text: str) -> str:
     raise UserError(f"{text!r} is not a job kind kto serves ({', '.join(KINDS)})")
 
 
-def _time(text: str, now: dt.datetime, option: str) -> int:
+def moment(text: str, now: dt.datetime, option: str) -> int:
     """Milliseconds since the epoch of ``--since`` / ``--until``."""
     from kto.cli import UserError
 
@@ -212,8 +215,9 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
     with_key = args.all or key is None and args.cluster is None
     header = (["KEY"] if with_key else []) + ["OFFSET", "TIME", "SOURCE", "EVENT", "DETAIL", "TRACE"]
     entries: list[Any] = []
-    stream = reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
-                          follow=args.follow)
+    stream = (_archived(args.from_dir, accept, since_ms, until_ms) if args.from_dir is not None else
+              _decoded(reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
+                                    follow=args.follow)))
     if args.follow:
         if args.output == "table":
             print("   ".join(header), flush=True)
@@ -228,7 +232,8 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
     entries.sort(key=lambda e: (e.timestamp_ms, e.partition, e.offset) if with_key else (e.offset,))
     if not entries:
         what = "records" if args.all else f"records of {'/'.join(args.job)} (namespace {args.namespace or 'default'})"
-        print(f"kto history: no {what} in {settings.jobs_topic}" + (" in that time window" if since_ms or until_ms else ""),
+        where = args.from_dir if args.from_dir is not None else settings.jobs_topic
+        print(f"kto history: no {what} in {where}" + (" in that time window" if since_ms or until_ms else ""),
               file=sys.stderr)
         return 1
     if args.output == "table":
@@ -252,6 +257,37 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
     return 0
 
 
+async def _decoded(raw_entries: Any) -> Any:
+    async for raw in raw_entries:
+        yield raw.decoded()
+
+
+async def _archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
+                    until_ms: int | None) -> Any:
+    """The entries of ``kto export``'s files; a line that is not an exported record is
+    reported with its file and line number and skipped."""
+    from kto.cli import UserError
+    from shared.bus import reading
+
+    files = sorted(directory.glob("*.jsonl"))
+    if not files:
+        raise UserError(f"--from {directory}: no .jsonl files (written by kto export)")
+    for path in files:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    row = json.loads(line)
+                    raw = reading.RawEntry(int(row["partition"]), int(row["offset"]), int(row["timestamp_ms"]),
+                                           str(row["key"]), str(row["value"]).encode(), str(row.get("trace_id", "")))
+                except (ValueError, KeyError, TypeError) as exc:
+                    print(f"kto history: {path}:{number}: not an exported record ({exc}); skipped", file=sys.stderr)
+                    continue
+                if not accept(raw.key) or since_ms is not None and raw.timestamp_ms < since_ms or \
+                        until_ms is not None and raw.timestamp_ms > until_ms:
+                    continue
+                yield raw.decoded()
+
+
 def run(args: argparse.Namespace) -> int:
     from kto.cli import UserError
     from shared.bus.errors import BusError
@@ -262,8 +298,8 @@ def run(args: argparse.Namespace) -> int:
     # business: what went wrong is said once, below.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     now = dt.datetime.now(dt.UTC)
-    since_ms = _time(args.since, now, "--since") if args.since else None
-    until_ms = _time(args.until, now, "--until") if args.until else None
+    since_ms = moment(args.since, now, "--since") if args.since else None
+    until_ms = moment(args.until, now, "--until") if args.until else None
     try:
         settings = KafkaSettings.from_env()
         if args.bootstrap:

@@ -144,6 +144,25 @@ class Entry:
     """The W3C trace id of the ``traceparent`` header ("" without one)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RawEntry:
+    """One record of the jobs topic as it is on the wire (what ``kto export`` archives)."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: str
+    value: bytes
+    trace_id: str = ""
+
+    def decoded(self) -> Entry:
+        try:
+            return Entry(self.partition, self.offset, self.timestamp_ms, self.key, records.decode(self.value), "",
+                         self.trace_id)
+        except records.MalformedRecord as exc:
+            return Entry(self.partition, self.offset, self.timestamp_ms, self.key, None, exc.reason, self.trace_id)
+
+
 def _trace_id(headers: Sequence[tuple[str, bytes]] | None) -> str:
     for name, value in headers or ():
         if name == "traceparent":
@@ -161,8 +180,8 @@ async def scan(
     until_ms: int | None = None,
     follow: bool = False,
     topic: str | None = None,
-) -> AsyncIterator[Entry]:
-    """The records of the jobs topic (or ``topic``) whose key ``accept`` takes, partition by
+) -> AsyncIterator[RawEntry]:
+    """The records (as on the wire; :meth:`RawEntry.decoded` decodes one) of the jobs topic (or ``topic``) whose key ``accept`` takes, partition by
     partition in log order (every partition is read to its end before the next is; with
     ``follow`` they are read together and for ever). ``key``: only its partition is read.
     ``since_ms`` seeks each partition by timestamp instead of reading it from its beginning;
@@ -202,7 +221,7 @@ async def scan(
 async def _drain(
     consumer: AIOKafkaConsumer, group: list[TopicPartition], accept: Callable[[str], bool],
     since_ms: int | None, until_ms: int | None, follow: bool,
-) -> AsyncIterator[Entry]:
+) -> AsyncIterator[RawEntry]:
     """Read ``group`` to its end (see :func:`read_history` on Tansu's end offsets), or for ever.
     Records older than ``since_ms`` are passed over too: Tansu answers a time lookup past
     the last record with offset 0, not with none."""
@@ -220,13 +239,8 @@ async def _drain(
                 key = (message.key or b"").decode(errors="replace")
                 if since_ms is not None and message.timestamp < since_ms or not accept(key):
                     continue
-                try:
-                    record: records.Record | None = records.decode(message.value)
-                    error = ""
-                except records.MalformedRecord as exc:
-                    record, error = None, exc.reason
-                yield Entry(tp.partition, message.offset, message.timestamp, key, record, error,
-                            _trace_id(message.headers))
+                yield RawEntry(tp.partition, message.offset, message.timestamp, key, message.value or b"",
+                               _trace_id(message.headers))
         if follow or any(batch.values()):
             continue
         positions = [await consumer.position(tp) for tp in group]

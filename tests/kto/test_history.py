@@ -18,14 +18,18 @@ KEY = "kto-1/team-a/PyTorchJob/mnist"
 OTHER = "kto-1/team-b/TFJob/dist"
 
 
-async def history(bus: KafkaSettings, *args: str) -> subprocess.CompletedProcess[str]:
+async def kto(bus: KafkaSettings, command: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **bus.to_env()}
 
     def call() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kto", "history", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "kto", command, *args], capture_output=True, text=True,
                               cwd=ROOT, env=env, timeout=120, check=False)
 
     return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
+async def history(bus: KafkaSettings, *args: str) -> subprocess.CompletedProcess[str]:
+    return await kto(bus, "history", *args)
 
 
 def pod(name: str, uid: str, phase: str, node: str = "", restarts: int = 0) -> dict[str, Any]:
@@ -110,3 +114,26 @@ async def test_an_unreachable_broker_is_one_line(bus: KafkaSettings) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("kto history: error: cannot reach the broker at 127.0.0.1:9")
     assert "Traceback" not in result.stderr
+
+
+async def export(bus: KafkaSettings, *args: str) -> subprocess.CompletedProcess[str]:
+    return await kto(bus, "export", *args)
+
+
+async def test_an_exported_trail_reads_back_as_the_live_one_without_the_broker(bus: KafkaSettings, tmp_path: Path) -> None:
+    await publish_story(bus)
+    out = tmp_path / "trail"
+    exported = await export(bus, "--out", str(out), "-n", "team-a")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.startswith("7 records of ")
+    live = await history(bus, "-n", "team-a", "pytorchjob/mnist", "-o", "json")
+    archived = await history(bus, "--bootstrap", "127.0.0.1:9", "--from", str(out), "-n", "team-a",
+                             "pytorchjob/mnist", "-o", "json")
+    assert archived.returncode == 0, archived.stderr
+    assert json.loads(archived.stdout) == json.loads(live.stdout)
+    # A damaged archive: the bad line is named and skipped, the rest still reads.
+    [file] = list(out.glob("*.jsonl"))
+    file.write_text(file.read_text() + "{truncated\n")
+    damaged = await history(bus, "--from", str(out), "-n", "team-a", "pytorchjob/mnist")
+    assert damaged.returncode == 0
+    assert f"{file}:8: not an exported record" in damaged.stderr and "Traceback" not in damaged.stderr
