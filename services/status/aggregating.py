@@ -205,13 +205,9 @@ class StatusAggregator:
 
     def _compute(self, view: views.JobView) -> tuple[jobs.Job | mpijobs.MPIJob, statuses.Outcome] | None:
         assert view.job is not None
-        if mpijobs.is_v2beta1(view.job):
-            try:
-                v2 = mpijobs.load({**view.job, "apiVersion": mpijobs.API_VERSION})
-            except mpijobs.LoadError:
-                pass  # failed as any job that does not load, below
-            else:
-                return v2, self._compute_mpi_v2(v2, view)
+        v2 = _mpi_v2(view.job)
+        if v2 is not None:
+            return v2, self._compute_mpi_v2(v2, view)
         prepared = self._prepare(view)
         if prepared is None:
             return None
@@ -302,6 +298,17 @@ class StatusAggregator:
         self, client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob, event: statuses.Event,
     ) -> None:
         await recording.record(client, job, event, self._settings.instance, _now())
+
+
+def _mpi_v2(document: dict[str, Any]) -> mpijobs.MPIJob | None:
+    """The job as an MPIJob v2beta1 when it is one that loads; one that does not load is
+    failed like any job that does not (``_prepare``)."""
+    if not mpijobs.is_v2beta1(document):
+        return None
+    try:
+        return mpijobs.load({**document, "apiVersion": mpijobs.API_VERSION})
+    except mpijobs.LoadError:
+        return None
 
 
 STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})

@@ -302,21 +302,10 @@ def limit_errors(document: dict[str, Any]) -> list[tuple[str, str]]:
 
 def load(document: Any) -> Object:
     """Load one TrainingJob, ScaleIn or ScaleOut; raise ``LoadError`` naming every bad field."""
-    if not isinstance(document, dict):
-        raise LoadError([("", f"expected a mapping (a Kubernetes object), got {type(document).__name__}")])
-    errors: list[tuple[str, str]] = []
-    api_version, kind = document.get("apiVersion"), document.get("kind")
-    if not api_version:
-        errors.append(("apiVersion", "Required value"))
-    elif api_version != API_VERSION:
-        errors.append(("apiVersion", f"Unsupported value: {_shown(api_version)}: supported values: {API_VERSION!r}"))
-    if not kind:
-        errors.append(("kind", "Required value"))
-    elif not isinstance(kind, str) or kind not in KINDS:
-        errors.append(("kind", f"Unsupported value: {_shown(kind)}: supported values: "
-                       + ", ".join(repr(k) for k in KINDS)))
+    errors = jobs.identity_errors(document, API_VERSION, KINDS)
     if errors:
         raise LoadError(errors)
+    kind = document["kind"]
     if kind == TrainingJob.KIND and "spec" not in document:
         raise LoadError([("spec", "Required value")])
     too_big = limit_errors(document)
@@ -328,18 +317,12 @@ def load(document: Any) -> Object:
         raise LoadError([(_field_path(tuple(err["loc"])), err["msg"]) for err in exc.errors()]) from None
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value if len(value) <= 100 else value[:100] + "…")
-    return f"a value of type {type(value).__name__}"
-
-
 _T = TypeVar("_T", TrainingJob, ScaleIn, ScaleOut)
 
 
 def _load_kind(document: Any, cls: type[_T]) -> _T:
     if isinstance(document, dict) and document.get("kind") not in (None, cls.KIND):
-        raise LoadError([("kind", f"Unsupported value: {_shown(document.get('kind'))}: supported values: "
+        raise LoadError([("kind", f"Unsupported value: {jobs.shown(document.get('kind'))}: supported values: "
                           f"{cls.KIND!r}")])
     loaded = load(document)
     assert isinstance(loaded, cls)

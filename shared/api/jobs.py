@@ -7,6 +7,7 @@ live on the class, beside the type, as upstream keeps them in ``*_types.go``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, ClassVar
 
 import pydantic
@@ -278,7 +279,27 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def _shown(value: Any) -> str:
+def identity_errors(document: Any, api_version: str, kinds: Collection[str]) -> list[tuple[str, str]]:
+    """What is wrong with a document's ``apiVersion`` and ``kind`` for a loader serving
+    ``kinds`` of ``api_version`` (as field-path errors); a document that is not a mapping
+    raises ``LoadError`` at once. Shared by every loader of kto's APIs."""
+    if not isinstance(document, dict):
+        raise LoadError([("", f"expected a mapping (a Kubernetes object), got {type(document).__name__}")])
+    errors: list[tuple[str, str]] = []
+    version, kind = document.get("apiVersion"), document.get("kind")
+    if not version:
+        errors.append(("apiVersion", "Required value"))
+    elif version != api_version:
+        errors.append(("apiVersion", f"Unsupported value: {shown(version)}: supported values: {api_version!r}"))
+    if not kind:
+        errors.append(("kind", "Required value"))
+    elif not isinstance(kind, str) or kind not in kinds:
+        supported = ", ".join(repr(k) for k in kinds)
+        errors.append(("kind", f"Unsupported value: {shown(kind)}: supported values: {supported}"))
+    return errors
+
+
+def shown(value: Any) -> str:
     """A value for a message: a string quoted (and cut), anything else by its type
     (the repr of a huge integer or of a deeply nested value raises)."""
     if isinstance(value, str):
@@ -288,23 +309,10 @@ def _shown(value: Any) -> str:
 
 def load(document: Any) -> Job:
     """Load one job document; raise ``LoadError`` naming every bad field."""
-    if not isinstance(document, dict):
-        raise LoadError([("", f"expected a mapping (a Kubernetes object), got {type(document).__name__}")])
-    errors: list[tuple[str, str]] = []
-    api_version = document.get("apiVersion")
-    kind = document.get("kind")
-    if not api_version:
-        errors.append(("apiVersion", "Required value"))
-    elif api_version != API_VERSION:
-        errors.append(("apiVersion", f"Unsupported value: {_shown(api_version)}: supported values: {API_VERSION!r}"))
-    if not kind:
-        errors.append(("kind", "Required value"))
-    elif not isinstance(kind, str) or kind not in KINDS:
-        supported = ", ".join(repr(k) for k in KINDS)
-        errors.append(("kind", f"Unsupported value: {_shown(kind)}: supported values: {supported}"))
+    errors = identity_errors(document, API_VERSION, KINDS)
     if errors:
         raise LoadError(errors)
-    cls = KINDS[str(kind)]
+    cls = KINDS[str(document["kind"])]
     if "spec" not in document:
         raise LoadError([("spec", "Required value")])
     try:

@@ -148,27 +148,12 @@ def is_v2beta1(document: Any) -> bool:
     return isinstance(spec, dict) and spec.get("mpiImplementation") is not None
 
 
-def _shown(value: Any) -> str:
-    return repr(value) if isinstance(value, str) and len(value) <= 100 else f"a value of type {type(value).__name__}"
-
-
 def load(document: Any) -> MPIJob:
     """Load one ``kubeflow.org/v2beta1`` MPIJob document; raise :data:`LoadError` naming every bad field.
 
     A document nested deeper than ``limits.MAX_OBJECT_DEPTH`` is refused before
     pydantic sees it (pydantic cannot hold more than 255 levels)."""
-    if not isinstance(document, dict):
-        raise LoadError([("", f"expected a mapping (a Kubernetes object), got {type(document).__name__}")])
-    errors: list[tuple[str, str]] = []
-    api_version, kind = document.get("apiVersion"), document.get("kind")
-    if not api_version:
-        errors.append(("apiVersion", "Required value"))
-    elif api_version != API_VERSION:
-        errors.append(("apiVersion", f"Unsupported value: {_shown(api_version)}: supported values: {API_VERSION!r}"))
-    if not kind:
-        errors.append(("kind", "Required value"))
-    elif kind != KIND:
-        errors.append(("kind", f"Unsupported value: {_shown(kind)}: supported values: {KIND!r}"))
+    errors = jobs.identity_errors(document, API_VERSION, (KIND,))
     if "spec" not in document:
         errors.append(("spec", "Required value"))
     if errors:
