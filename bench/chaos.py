@@ -29,7 +29,10 @@ The run, all choices from ``random.Random(seed)``:
    left by finished jobs against their cleanPodPolicy, partition stalls
    (a worker group's committed offset below the log end), dead letters not
    explained by an injected malformed record or hostile job, processes that
-   died on their own, and convergence slower than the goal.
+   died on their own, convergence slower than the goal, and replay
+   divergences: every job of the log replayed (``kto replay``'s check) after
+   the run. Tansu's restart-empty loses the log before it, so on sim + Tansu
+   replay covers what was written after the broker restart.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from realparts import kube
 from shared.api import jobs as job_models
+from shared.bus import replaying
 from shared.kube import clients, resources
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -301,6 +305,8 @@ class Summary:
     convergence_s: float | None
     dead_letters: int
     run_s: float
+    replay: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``kto replay`` of the whole log after the run (:meth:`replaying.LogReplay.figures`)."""
 
     @property
     def passed(self) -> bool:
@@ -359,12 +365,19 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
         await asyncio.sleep(3.0)  # let cleanup and commits finish before judging them
         violations: dict[str, list[str]] = {name: [] for name in (
             "jobs_lost", "wrong_terminal_states", "duplicate_pods", "orphans", "children_left_by_finished_jobs",
-            "partition_stalls", "dead_letters_unexplained", "process_deaths", "slow_convergence")}
+            "partition_stalls", "dead_letters_unexplained", "process_deaths", "slow_convergence",
+            "replay_divergences")}
         requests = _requests(stack, context)[log_start:] if settings.real_tier else await _sim_requests(client, log_start)
         await _check_jobs(client, planned, violations, requests, started)
         await _check_children(client, planned, violations)
         _check_duplicates(planned, requests, violations)
     dead = await _check_bus(stack.kafka, planned, violations)
+    replayed = await replaying.replay_log(stack.kafka)
+    for report in replayed.diverged:
+        d = report.divergence
+        assert d is not None
+        violations["replay_divergences"].append(
+            f"{report.key} at offset {d.offset}, {d.what}: recorded {str(d.recorded)[:300]}, derived {str(d.derived)[:300]}")
     for exit_ in stack.exits():
         violations["process_deaths"].append(f"{exit_.name} exited with {exit_.code} (see {exit_.log})")
     convergence = None if converged_at is None else round(max(0.0, converged_at - last_fault), 1)
@@ -377,6 +390,7 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
         injected=injected, invariants={k: len(v) for k, v in violations.items()},
         violations=[f"{k}: {item}" for k, items in violations.items() for item in items[:20]],
         convergence_s=convergence, dead_letters=dead, run_s=round(time.monotonic() - started, 1),
+        replay=replayed.figures(),
     )
 
 

@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "chaos": "kto.commands.chaos",
     "history": "kto.commands.history",
     "export": "kto.commands.export",
+    "replay": "kto.commands.replay",
+    "console": "kto.commands.console",
     "sim-bench": "kto.commands.sim_bench",
 }
 """Sub-command name → module implementing it."""

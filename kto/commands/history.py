@@ -50,16 +50,21 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_selection(parser, "every job of the namespace (with -n) or cluster")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument("--timeline", action="store_true", help="also one row per pod: created, scheduled, running, restarts, finished")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep reading new records (Ctrl-C stops)")
+
+
+def add_selection(parser: argparse.ArgumentParser, all_help: str) -> None:
+    """The options choosing jobs and where their records are read (``kto history``, ``kto replay``)."""
     parser.add_argument("job", nargs="*", metavar="KIND/NAME",
                         help="the job: KIND/NAME or KIND NAME (pytorchjob, mpijob, trainingjob ...)")
     parser.add_argument("-n", "--namespace", default=None, help="the job's namespace (default: default)")
     parser.add_argument("--cluster", default=None, help="the cluster (kubeconfig context) of the job key; any when unset")
-    parser.add_argument("--all", action="store_true", help="every job of the namespace (with -n) or cluster")
+    parser.add_argument("--all", action="store_true", help=all_help)
     parser.add_argument("--since", default=None, help="only records written since: a duration (30s, 5m, 2h, 1d) or an ISO time")
     parser.add_argument("--until", default=None, help="only records written until this ISO time")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    parser.add_argument("--timeline", action="store_true", help="also one row per pod: created, scheduled, running, restarts, finished")
-    parser.add_argument("--follow", "-f", action="store_true", help="keep reading new records (Ctrl-C stops)")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap address (default: KTO_KAFKA_BOOTSTRAP)")
     parser.add_argument("--from", dest="from_dir", type=pathlib.Path, default=None, metavar="DIR",
                         help="read the JSON Lines files `kto export` wrote instead of the broker")
@@ -92,7 +97,7 @@ def moment(text: str, now: dt.datetime, option: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _selection(args: argparse.Namespace) -> tuple[str | None, Any]:
+def selection(args: argparse.Namespace) -> tuple[str | None, Any]:
     """(the full job key when known, a predicate over record keys)."""
     from kto.cli import UserError
 
@@ -119,7 +124,8 @@ def _selection(args: argparse.Namespace) -> tuple[str | None, Any]:
     return None, lambda k: k.endswith(suffix) and k.count("/") == 3
 
 
-def _when(ms: int) -> str:
+def when(ms: int) -> str:
+    """A broker timestamp (ms since the epoch) as ISO UTC to the millisecond: ``2026-11-24T06:17:16.354Z``."""
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
@@ -153,7 +159,7 @@ def _what(entry: Any) -> tuple[str, str, str]:
 
 
 def _dict(entry: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"partition": entry.partition, "offset": entry.offset, "time": _when(entry.timestamp_ms),
+    out: dict[str, Any] = {"partition": entry.partition, "offset": entry.offset, "time": when(entry.timestamp_ms),
                            "key": entry.key, "trace_id": entry.trace_id}
     if entry.record is None:
         out["error"] = entry.error
@@ -162,8 +168,9 @@ def _dict(entry: Any) -> dict[str, Any]:
     return out
 
 
-def _timeline(entries: list[Any]) -> list[dict[str, Any]]:
-    """One row per pod seen: first observed, scheduled (nodeName), Running, restarts, end."""
+def timeline(entries: list[Any]) -> list[dict[str, Any]]:
+    """One row per pod seen in ``entries`` (a job's, in log order): first observed, scheduled
+    (nodeName), Running, restarts, end and last phase. Shared by ``--timeline`` and ``kto console``."""
     from shared.bus import records
 
     pods: dict[str, dict[str, Any]] = {}
@@ -176,21 +183,21 @@ def _timeline(entries: list[Any]) -> list[dict[str, Any]]:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         name = f"{meta.get('name', '')} ({str(meta.get('uid', ''))[:8]})"
-        row = pods.setdefault(name, {"pod": name, "created": _when(entry.timestamp_ms), "scheduled": "",
+        stamp = when(entry.timestamp_ms)
+        row = pods.setdefault(name, {"pod": name, "created": stamp, "scheduled": "",
                                      "running": "", "restarts": 0, "finished": "", "phase": ""})
-        when = _when(entry.timestamp_ms)
         if spec.get("nodeName") and not row["scheduled"]:
-            row["scheduled"] = when
+            row["scheduled"] = stamp
         phase = status.get("phase") or ""
         if phase == "Running" and not row["running"]:
-            row["running"] = when
+            row["running"] = stamp
         restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []
                        if isinstance(c, dict))
         row["restarts"] = max(row["restarts"], restarts)
         if phase in ("Succeeded", "Failed") and not row["finished"]:
-            row["finished"] = when
+            row["finished"] = stamp
         if record.event == "DELETED" and not row["finished"]:
-            row["finished"] = f"{when} (deleted)"
+            row["finished"] = f"{stamp} (deleted)"
         row["phase"] = "Deleted" if record.event == "DELETED" else (phase or row["phase"])
     return list(pods.values())
 
@@ -203,7 +210,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def _row(entry: Any, with_key: bool) -> list[str]:
     source, event, detail = _what(entry)
-    row = [f"{entry.partition}/{entry.offset}", _when(entry.timestamp_ms), source, event, detail,
+    row = [f"{entry.partition}/{entry.offset}", when(entry.timestamp_ms), source, event, detail,
            entry.trace_id[:16]]
     return [entry.key, *row] if with_key else row
 
@@ -215,7 +222,7 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
     with_key = args.all or key is None and args.cluster is None
     header = (["KEY"] if with_key else []) + ["OFFSET", "TIME", "SOURCE", "EVENT", "DETAIL", "TRACE"]
     entries: list[Any] = []
-    stream = (_archived(args.from_dir, accept, since_ms, until_ms) if args.from_dir is not None else
+    stream = (archived(args.from_dir, accept, since_ms, until_ms) if args.from_dir is not None else
               _decoded(reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
                                     follow=args.follow)))
     if args.follow:
@@ -239,7 +246,7 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
     if args.output == "table":
         print(_table([_row(e, with_key) for e in entries], header))
         if args.timeline:
-            pods = _timeline(entries)
+            pods = timeline(entries)
             print()
             columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"]
             print(_table([[str(p[c]) for c in columns] for p in pods], [c.upper() for c in columns])
@@ -247,7 +254,7 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
         return 0
     document: dict[str, Any] = {"records": [_dict(e) for e in entries]}
     if args.timeline:
-        document["timeline"] = _timeline(entries)
+        document["timeline"] = timeline(entries)
     if args.output == "json":
         print(json.dumps(document, indent=2))
     else:
@@ -262,8 +269,8 @@ async def _decoded(raw_entries: Any) -> Any:
         yield raw.decoded()
 
 
-async def _archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
-                    until_ms: int | None) -> Any:
+async def archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
+                   until_ms: int | None, command: str = "history") -> Any:
     """The entries of ``kto export``'s files; a line that is not an exported record is
     reported with its file and line number and skipped."""
     from kto.cli import UserError
@@ -280,7 +287,7 @@ async def _archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
                     raw = reading.RawEntry(int(row["partition"]), int(row["offset"]), int(row["timestamp_ms"]),
                                            str(row["key"]), str(row["value"]).encode(), str(row.get("trace_id", "")))
                 except (ValueError, KeyError, TypeError) as exc:
-                    print(f"kto history: {path}:{number}: not an exported record ({exc}); skipped", file=sys.stderr)
+                    print(f"kto {command}: {path}:{number}: not an exported record ({exc}); skipped", file=sys.stderr)
                     continue
                 if not accept(raw.key) or since_ms is not None and raw.timestamp_ms < since_ms or \
                         until_ms is not None and raw.timestamp_ms > until_ms:
@@ -288,24 +295,31 @@ async def _archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
                 yield raw.decoded()
 
 
+def kafka_settings(args: argparse.Namespace) -> Any:
+    """The broker's settings: ``KTO_KAFKA_*``, with ``--bootstrap`` when given."""
+    from kto.cli import UserError
+    from shared.bus.settings import KafkaSettings, SettingsError
+
+    try:
+        if args.bootstrap:
+            return KafkaSettings.from_env({**os.environ, "KTO_KAFKA_BOOTSTRAP": args.bootstrap})
+        return KafkaSettings.from_env()
+    except SettingsError as exc:
+        raise UserError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from kto.cli import UserError
     from shared.bus.errors import BusError
-    from shared.bus.settings import KafkaSettings, SettingsError
 
-    key, accept = _selection(args)
+    key, accept = selection(args)
     # The Kafka client's own complaints (a refused connection, retried) are not the user's
     # business: what went wrong is said once, below.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     now = dt.datetime.now(dt.UTC)
     since_ms = moment(args.since, now, "--since") if args.since else None
     until_ms = moment(args.until, now, "--until") if args.until else None
-    try:
-        settings = KafkaSettings.from_env()
-        if args.bootstrap:
-            settings = KafkaSettings.from_env({**os.environ, "KTO_KAFKA_BOOTSTRAP": args.bootstrap})
-    except SettingsError as exc:
-        raise UserError(str(exc)) from None
+    settings = kafka_settings(args)
     try:
         return asyncio.run(asyncio.wait_for(_collect(args, settings, key, accept, since_ms, until_ms),
                                             None if args.follow else 120))

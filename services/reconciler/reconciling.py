@@ -12,6 +12,7 @@ AlreadyExists and 404 NotFound count as done) and arms a timer for deadlines.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 from typing import Any
@@ -21,7 +22,7 @@ from opentelemetry import context as otel_context
 from shared.api import common, elastic, jobs, mpijobs
 from shared import keygen
 from shared.bus import producing, records
-from shared.core import conditions, reconciling, statuses, views
+from shared.core import basis, conditions, deriving, reconciling, statuses, views
 from shared.core.elastic import decisions as et_decisions
 from shared.core.elastic import reconciling as et
 from shared.core.elastic import scaling as et_scaling
@@ -109,6 +110,8 @@ class Reconciler:
             return record.action == "timer_fired"
         if record.event == "DELETED":
             self._deletion_seen(record.key, record.object)
+        if not record.omitted and record.event != "DELETED":
+            view.note_logged(record.object, record.object_kind in RECONCILED_KINDS)
         if record.object_kind in RECONCILED_KINDS:
             self._job_seen[record.key] = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
@@ -295,10 +298,16 @@ class Reconciler:
                 "validation",
             ))
             return
-        old = _previous_version(self._decided_on.get(job_key), view.job)
+        previous = self._decided_on.get(job_key)
+        old = deriving.previous_version(previous, view.job)
         self._decided_on[job_key] = view.job
         now = _now()
-        decision = reconciling.decide(job, self._children(job_key, view), now, self._settings.operator, old)
+        children = self._children(job_key, view)
+        decision = reconciling.decide(job, children, now, self._settings.operator, old)
+        if deriving.acts(decision):
+            await self._pass(key, view, children, now, deriving.v1_plan(decision),
+                             old=previous if old is not None else None,
+                             settings=dataclasses.asdict(self._settings.operator))
         client = await self._clusters.get(key.cluster)
         if decision.verdict is not None:
             # On the job first, then on the topic, then the deletes: whoever reads the
@@ -338,9 +347,13 @@ class Reconciler:
                 f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}", "validation",
             ))
             return
-        decision = mpi_v2.decide(job, self._children(str(key), view), _now(), self._settings.operator, keygen.mpi_key_pair)
+        now = _now()
+        children = self._children(str(key), view)
+        decision = mpi_v2.decide(job, children, now, self._settings.operator, keygen.mpi_key_pair)
         if decision.empty:
             return
+        await self._pass(key, view, children, now, deriving.mpi_v2_plan(decision),
+                         settings=dataclasses.asdict(self._settings.operator))
         client = await self._clusters.get(key.cluster)
         await self._decide(key, view, "mpi_sync", reason="Sync", message="; ".join(decision.steps)[:4000],
                            detail={"steps": decision.steps, "error": decision.error})
@@ -382,7 +395,8 @@ class Reconciler:
         except elastic.LoadError as exc:
             await self._fail_unloadable_training_job(client, key, view, exc, now)
             return
-        scalers, children = self._scalers_and_children(key, view)
+        every = self._children(str(key), view)
+        scalers, children = self._scalers_and_children(key, every)
         executed: list[et_decisions.ExecResult] = []
         decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
                              settings=self._settings.elastic, executed=executed)
@@ -397,22 +411,18 @@ class Reconciler:
                     break
             decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
                                  settings=self._settings.elastic, executed=executed)
+        if deriving.elastic_acts(decision):
+            await self._pass(key, view, every, now, deriving.elastic_plan(decision),
+                             settings=dataclasses.asdict(self._settings.elastic),
+                             executed=[deriving.exec_result(r) for r in executed])
         await self._apply_training_job(client, key, view, job, decision, now)
 
     def _scalers_and_children(
-        self, key: records.JobKey, view: views.JobView,
+        self, key: records.JobKey, every: list[dict[str, Any]],
     ) -> tuple[list[elastic.Scaler], list[dict[str, Any]]]:
-        scalers: list[elastic.Scaler] = []
-        children: list[dict[str, Any]] = []
-        for child in self._children(str(key), view):
-            if child.get("kind") not in resources.SCALER_TYPES:
-                children.append(child)
-                continue
-            try:
-                scalers.append(elastic.load_scaler(child))
-            except elastic.LoadError as exc:
-                log.warning("%s: %s %s does not load: %s", key, child.get("kind"),
-                            (child.get("metadata") or {}).get("name"), exc)
+        scalers, children, problems = deriving.split_scalers(every)
+        for problem in problems:
+            log.warning("%s: %s", key, problem)
         return scalers, children
 
     async def _scalers_wait(self, key: records.JobKey, view: views.JobView) -> None:
@@ -420,7 +430,7 @@ class Reconciler:
         said once on the topic per scaler, for whoever reads the job's history."""
         if key.kind != elastic.TrainingJob.KIND:
             return
-        scalers, _ = self._scalers_and_children(key, view)
+        scalers, _ = self._scalers_and_children(key, self._children(str(key), view))
         for scaler in scalers:
             decision = et_scaling.bind(scaler, None, _now())
             for step in decision.steps:
@@ -552,6 +562,17 @@ class Reconciler:
         self, key: records.JobKey, view: views.JobView, action: str, **fields: Any,
     ) -> None:
         await self._publisher.publish(self._decision(key, action, **fields))
+
+    async def _pass(
+        self, key: records.JobKey, view: views.JobView, children: list[dict[str, Any]], now: dt.datetime,
+        plan: dict[str, Any], *, old: dict[str, Any] | None = None, **extra: Any,
+    ) -> None:
+        """Before acting (write-ahead), the pass's plan and what it was decided from
+        (:mod:`shared.core.basis`), so ``kto replay`` can decide it again and compare."""
+        assert view.job is not None
+        the_basis = basis.describe(view.job, children, now, logged=basis.logged_in(view), old=old, **extra)
+        await self._decide(key, view, deriving.PASS_ACTION, reason="Reconcile",
+                           message=deriving.summary(plan), detail={"plan": plan, "basis": the_basis})
 
     async def _create_all(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView,
@@ -715,20 +736,6 @@ class Reconciler:
         self._timers.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
-
-
-def _previous_version(previous: dict[str, Any] | None, current: dict[str, Any]) -> jobs.Job | None:
-    """The job as the last decision saw it, when ``current`` is an update of it
-    (same uid, another spec generation); None otherwise, or if it cannot be loaded."""
-    if previous is None or previous is current:
-        return None
-    before, now = previous.get("metadata") or {}, current.get("metadata") or {}
-    if before.get("uid") != now.get("uid") or previous.get("spec") == current.get("spec"):
-        return None
-    try:
-        return jobs.load(previous)
-    except jobs.LoadError:
-        return None
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -22,11 +22,9 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from shared.api import common, jobs, mpijobs
+from shared import metrics
 from shared.bus import producing, records
-from shared.core import conditions, defaulting, statuses, validating, views
-from shared.core import settings as operator_settings
-from shared.core.mpi_v2 import reconciling as mpi_v2
-from shared.core.mpi_v2 import sshkeys
+from shared.core import basis, deriving, statuses, views
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
 
@@ -44,17 +42,6 @@ class _Pace:
     last_write: float | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Prepared:
-    version: str
-    source: dict[str, Any]
-    """The view's job dict it was made from (a new observation replaces the dict)."""
-    job: jobs.Job
-    invalid: tuple[str, str] | None
-    """(reason, message) when the job fails validation."""
-    defaulted: jobs.Job | None
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -69,13 +56,15 @@ class StatusAggregator:
 
     def __init__(
         self, settings: StatusSettings, clusters: connecting.ClusterClients, publisher: producing.Publisher,
+        service_metrics: metrics.ServiceMetrics,
     ) -> None:
         self._settings = settings
         self._clusters = clusters
         self._publisher = publisher
+        self._metrics = service_metrics
         self._views: dict[str, views.JobView] = {}
         self._paces: dict[str, _Pace] = {}
-        self._prepared: dict[int, _Prepared] = {}
+        self._prepared: dict[int, deriving.Prepared] = {}
         """id(view) → its job prepared for computing (see ``_prepare``)."""
 
     def accepts(self, type_tag: str) -> bool:
@@ -92,6 +81,9 @@ class StatusAggregator:
             return False
         if isinstance(record, records.Decision):
             return False
+        if not record.omitted and record.event != "DELETED" and (
+                record.object_kind in jobs.KINDS or record.object_kind in STATUS_CHILD_KINDS):
+            self._view(record.key).note_logged(record.object, record.object_kind in jobs.KINDS)
         if record.object_kind in jobs.KINDS:
             view = self._view(record.key)
             view.observe_job(record.object, record.event == "DELETED")
@@ -144,6 +136,7 @@ class StatusAggregator:
         if wait > 0 and not flush:
             computed = self._compute(view)
             if computed is None or not statuses.differs(computed[0].status, computed[1].status):
+                self._metrics.status_write_skipped(key.kind)
                 return None
             return wait
         try:
@@ -172,74 +165,39 @@ class StatusAggregator:
     def _clock(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def _prepare(self, view: views.JobView) -> _Prepared | None:
+    def _prepare(self, view: views.JobView) -> deriving.Prepared | None:
         """The job loaded, validated and defaulted, once per resourceVersion of it."""
         assert view.job is not None
         version = str((view.job.get("metadata") or {}).get("resourceVersion") or "")
         cached = self._prepared.get(id(view))
         if cached is not None and version and cached.version == version and cached.source is view.job:
             return cached
-        try:
-            job = jobs.load(view.job)
-        except jobs.LoadError as exc:
-            # A wrongly typed field: the job is Failed, with the field paths, from its
-            # kind, metadata and status alone (the same message as the reconciler's verdict).
-            skeleton = jobs.skeleton(view.job)
-            if skeleton is None:
-                return None
-            failed = (f"{skeleton.KIND}FailedValidation",
-                      f"{skeleton.KIND} {skeleton.name} failed validation because {exc}")
-            prepared = _Prepared(version, view.job, skeleton, failed, None)
+        prepared = deriving.prepare(view.job)
+        if prepared is not None:
             self._prepared[id(view)] = prepared
-            return prepared
-        report = validating.validate(job)
-        # A job of another controller is not ours to judge (only the reconciler's
-        # verdict on an update that handed it over counts, see statuses.compute).
-        invalid = None if report.ok or statuses.is_managed_externally(job) else (
-            f"{job.KIND}FailedValidation",
-            f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
-        )
-        prepared = _Prepared(version, view.job, job, invalid, None if invalid else defaulting.set_defaults(job))
-        self._prepared[id(view)] = prepared
         return prepared
 
-    def _compute(self, view: views.JobView) -> tuple[jobs.Job | mpijobs.MPIJob, statuses.Outcome] | None:
+    def _compute(
+        self, view: views.JobView, now: dt.datetime | None = None,
+    ) -> tuple[jobs.Job | mpijobs.MPIJob, statuses.Outcome] | None:
         assert view.job is not None
-        v2 = _mpi_v2(view.job)
-        if v2 is not None:
-            return v2, self._compute_mpi_v2(v2, view)
-        prepared = self._prepare(view)
-        if prepared is None:
-            return None
-        now = _now()
-        job = prepared.job
         # The job as it is now failing validation comes first (it cannot be defaulted);
         # then the verdict the reconciler recorded on it, once the API server showed it.
-        recorded = None if view.unconfirmed(statuses.FAILURE_ANNOTATION) else statuses.recorded_verdict(job)
-        verdict = statuses.Verdict(*prepared.invalid, "validation") if prepared.invalid else recorded
-        if verdict is not None and verdict.kind == "validation":
-            return job, statuses.compute(job, [], now, verdict)
-        pods = [p for p in view.children.values() if p.get("kind", "Pod") == "Pod"]
-        defaulted = prepared.defaulted or defaulting.set_defaults(job)
-        owned = [p for p in pods if _controller_uid(p) in (job.metadata.uid, None) or not job.metadata.uid]
-        return job, statuses.compute(defaulted, owned, now, verdict)
-
-    def _compute_mpi_v2(self, job: mpijobs.MPIJob, view: views.JobView) -> statuses.Outcome:
-        """The status and Events of mpi-operator's sync, from the same pure decision the
-        reconciler applies children from (its SSH key and the defaults of the operator
-        settings play no part in the status)."""
-        decision = mpi_v2.decide(job, list(view.children.values()), _now(), _MPI_V2_SETTINGS, _throwaway_key)
-        status = decision.status if decision.status is not None else job.status or common.JobStatus()
-        return statuses.Outcome(status, decision.events)
+        unconfirmed = view.unconfirmed(statuses.FAILURE_ANNOTATION)
+        prepared = None if mpijobs.is_v2beta1(view.job) else self._prepare(view)
+        return deriving.status_of(view.job, list(view.children.values()), now or _now(), unconfirmed=unconfirmed,
+                                  prepared=prepared)
 
     async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> bool:
         """Write the status if it differs from the stored one; True if written."""
         for _ in range(self._settings.conflict_attempts):
-            computed = self._compute(view)
+            now = _now()
+            computed = self._compute(view, now)
             if computed is None:
                 return False
             job, outcome = computed
             if not statuses.differs(job.status, outcome.status):
+                self._metrics.status_write_skipped(key.kind)
                 return False
             body = dict(view.job or {})
             body["status"] = outcome.status.dump()
@@ -261,8 +219,11 @@ class StatusAggregator:
                 continue
             written.setdefault("apiVersion", jobs.API_VERSION)
             written.setdefault("kind", key.kind)
+            self._metrics.status_written(str(key), job.status, outcome.status)
+            the_basis = basis.describe(view.job or body, list(view.children.values()), now, logged=basis.logged_in(view),
+                                       unconfirmed=view.unconfirmed(statuses.FAILURE_ANNOTATION))
             view.replace_job(written)
-            await self._announce(client, key, job, outcome, written)
+            await self._announce(client, key, job, outcome, written, the_basis)
             return True
         raise clients.ApiError(409, "Conflict", f"status of {key}: still conflicting after retries")
 
@@ -270,19 +231,14 @@ class StatusAggregator:
         self, client: clients.KubeClient, key: records.JobKey, job: jobs.Job | mpijobs.MPIJob,
         outcome: statuses.Outcome,
         written: dict[str, Any],
+        the_basis: dict[str, Any],
     ) -> None:
         latest = (outcome.status.conditions or [common.JobCondition(type="", status="Unknown")])[-1]
         await self._publisher.publish(
             records.Decision(
                 key=str(key), action="status_written", reason=latest.reason or "", message=latest.message or "",
                 resource_version=str((written.get("metadata") or {}).get("resourceVersion", "")),
-                detail={
-                    "conditions": [[c.type, c.status] for c in outcome.status.conditions or []],
-                    "replicaStatuses": {
-                        rt: rs.dump() for rt, rs in (outcome.status.replica_statuses or {}).items()
-                    },
-                    "finished": conditions.is_finished(outcome.status),
-                },
+                detail={**deriving.status_detail(outcome), "basis": the_basis},
                 source="status", instance=self._settings.instance,
             )
         )
@@ -300,31 +256,5 @@ class StatusAggregator:
         await recording.record(client, job, event, self._settings.instance, _now())
 
 
-def _mpi_v2(document: dict[str, Any]) -> mpijobs.MPIJob | None:
-    """The job as an MPIJob v2beta1 when it is one that loads; one that does not load is
-    failed like any job that does not (``_prepare``)."""
-    if not mpijobs.is_v2beta1(document):
-        return None
-    try:
-        return mpijobs.load({**document, "apiVersion": mpijobs.API_VERSION})
-    except mpijobs.LoadError:
-        return None
-
-
 STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})
 """Children a status is computed from: pods, and an MPIJob v2beta1's launcher ``batch/v1`` Job."""
-
-_MPI_V2_SETTINGS = operator_settings.OperatorSettings()
-_THROWAWAY = sshkeys.KeyPair(b"", b"")
-
-
-def _throwaway_key() -> sshkeys.KeyPair:
-    """The status worker decides as the reconciler does but creates nothing: any key does."""
-    return _THROWAWAY
-
-
-def _controller_uid(pod: dict[str, Any]) -> str | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None

@@ -30,16 +30,33 @@ from shared.bus.settings import KafkaSettings, client_options
 log = logging.getLogger("kto.bus.broker")
 
 
+def topic_configs(settings: KafkaSettings) -> dict[str, str]:
+    """The topic settings of an audit log: records deleted after ``retention_ms`` (never
+    compacted, never by size), acknowledged by a majority of replicas, and no replica that
+    missed records ever made leader."""
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": str(settings.retention_ms),
+        "retention.bytes": "-1",
+        "segment.ms": str(settings.segment_ms),
+        "min.insync.replicas": str(max(1, settings.replication_factor // 2 + 1) if settings.replication_factor > 2
+                                   else 1),
+        "unclean.leader.election.enable": "false",
+        "message.timestamp.type": "CreateTime",
+    }
+
+
 async def ensure_topics(settings: KafkaSettings, *, timeout: float = 30.0) -> None:
     """Create the jobs topic (``settings.partitions`` partitions) and the
-    dead-letter topic if they do not exist yet.
+    dead-letter topic if they do not exist yet, with :func:`topic_configs`.
 
     Retries while the broker is not reachable, up to ``timeout`` seconds; raises
     :class:`~shared.bus.errors.BrokerError` if a topic cannot be created.
     """
+    configs = topic_configs(settings)
     topics = [
-        NewTopic(settings.jobs_topic, settings.partitions, settings.replication_factor),
-        NewTopic(settings.dlq_topic, settings.partitions, settings.replication_factor),
+        NewTopic(settings.jobs_topic, settings.partitions, settings.replication_factor, topic_configs=configs),
+        NewTopic(settings.dlq_topic, settings.partitions, settings.replication_factor, topic_configs=configs),
     ]
     deadline = time.monotonic() + timeout
     while True:

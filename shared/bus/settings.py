@@ -80,6 +80,16 @@ class KafkaSettings:
     """``KTO_KAFKA_REPLICATION_FACTOR``: replication of the topics kto creates
     (use 3 on a production cluster)."""
 
+    retention_ms: int = 90 * 24 * 3600 * 1000
+    """``KTO_KAFKA_RETENTION_MS``: how long the topics kto creates keep records — the
+    audit log's horizon (``kto history``, ``kto replay``); default 90 days, ``-1`` keeps
+    them for ever. Records are deleted, never compacted: compaction would keep only
+    the last record of each job key. Archive older windows with ``kto export``."""
+
+    segment_ms: int = 24 * 3600 * 1000
+    """``KTO_KAFKA_SEGMENT_MS``: how often a partition rolls a new segment (retention
+    deletes whole segments, so records live up to this much longer than the retention)."""
+
     client_id: str = "kto"
     """``KTO_KAFKA_CLIENT_ID``: client id sent to the broker (shows in its logs and quotas)."""
 
@@ -130,7 +140,8 @@ class KafkaSettings:
                 continue
             raw = raw.strip()
             if field.type in ("int", int):
-                values[field.name] = _parse(var, raw, _int_at_least(0 if field.name == "linger_ms" else 1))
+                least = {"linger_ms": 0, "retention_ms": -1}.get(field.name, 1)
+                values[field.name] = _parse(var, raw, _int_at_least(least))
             elif field.type in ("bool", bool):
                 values[field.name] = _parse(var, raw, _boolean)
             elif field.name in ("security_protocol", "sasl_mechanism"):
@@ -232,6 +243,10 @@ def _check(s: KafkaSettings) -> None:
             raise SettingsError("must be at least 1", name)
     if s.linger_ms < 0:
         raise SettingsError("must not be negative", "linger_ms")
+    if s.retention_ms != -1 and s.retention_ms < 3_600_000:
+        raise SettingsError("must be -1 (for ever) or at least an hour (3600000)", "retention_ms")
+    if s.segment_ms < 60_000:
+        raise SettingsError("must be at least a minute (60000)", "segment_ms")
     if s.heartbeat_interval_ms >= s.session_timeout_ms:
         raise SettingsError("must be below the session timeout", "heartbeat_interval_ms")
     if not isinstance(s.idempotence, bool):

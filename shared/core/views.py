@@ -78,6 +78,18 @@ def child_key(obj: Manifest) -> ChildKey:
     return (str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", "")))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Logged:
+    """``(kind, name, resourceVersion) in view.logged``."""
+
+    versions: dict[ChildKey, set[str]]
+
+    def __contains__(self, version: object) -> bool:
+        if not isinstance(version, tuple) or len(version) != 3:
+            return False
+        return version[2] in self.versions.get((version[0], version[1]), ())
+
+
 @dataclasses.dataclass
 class JobView:
     """What one worker knows about one job key."""
@@ -93,6 +105,24 @@ class JobView:
     """A record of the job older than the one held came: read the job afresh before acting."""
     from_server: tuple[str | None, dict[str, Any]] | None = None
     """(uid, annotations) of the job as the API server last returned it."""
+    logged_versions: dict[ChildKey, set[str]] = dataclasses.field(default_factory=dict)
+    """(kind, name) → resourceVersions of it taken from records (every version of the job,
+    the newest of each child): what a decision's basis can name without carrying it."""
+
+    def note_logged(self, obj: Manifest, is_job: bool) -> None:
+        """``obj`` came in a record: a basis may name this version of it by reference."""
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if not version:
+            return
+        key = child_key(obj)
+        if is_job:
+            self.logged_versions.setdefault(key, set()).add(version)
+        else:
+            self.logged_versions[key] = {version}
+
+    @property
+    def logged(self) -> _Logged:
+        return _Logged(self.logged_versions)
 
     def observe_job(self, obj: Manifest, deleted: bool) -> None:
         """Take in an observation of the job. One older than the job held (by
