@@ -50,8 +50,14 @@ def serve(service: Callable[[], Awaitable[None]]) -> int:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 
+    from kto import cli
+    from shared import metrics
+
     configure_logging()
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except metrics.MetricsPortError as exc:
+        raise cli.UserError(str(exc)) from None
     return 0
 
 
@@ -79,6 +85,32 @@ def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
     )
     parser.add_argument("--group", default=group, help="Kafka consumer group shared by these workers")
     parser.add_argument("--concurrency", type=int, default=32, help="job keys handled at once")
+    add_metrics_argument(parser)
+
+
+METRICS_PORT_ENV = "KTO_METRICS_PORT"
+
+
+def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` of the service commands (watcher, reconciler, status-service)."""
+    parser.add_argument(
+        "--metrics-port", default=None, metavar="PORT",
+        help=f"serve Prometheus metrics on every address at PORT, path /metrics (default: ${METRICS_PORT_ENV}, "
+        "else 0 = off)",
+    )
+
+
+def metrics_port(args: argparse.Namespace) -> int:
+    """The port ``--metrics-port`` (or ``$KTO_METRICS_PORT``) names; 0 for none."""
+    from kto import cli
+
+    given = args.metrics_port is not None
+    raw = str(args.metrics_port if given else os.environ.get(METRICS_PORT_ENV, "")).strip() or "0"
+    port = int(raw) if raw.isdigit() else -1
+    if not 0 <= port <= 65535:
+        where = "--metrics-port" if given else METRICS_PORT_ENV
+        raise cli.UserError(f"{where} {raw!r}: not a port number (1-65535, or 0 for no metrics)")
+    return port
 
 
 def worker_kafka(args: argparse.Namespace) -> KafkaSettings:

@@ -2,7 +2,8 @@
 
 In: a worker factory (cluster clients and a publisher in, an object with the
 KeyedConsumer ``accept``, ``handle`` and ``settle`` out), the worker's identity and its
-Kafka settings. Out: :func:`run`, which sets up tracing, the clusters'
+Kafka settings. Out: :func:`run`, which sets up tracing, the worker's metrics
+(served on ``metrics_port``, see :mod:`shared.metrics`), the clusters'
 clients, the publisher and the consumer, calls ``on_ready`` once the group is
 joined, consumes until cancelled, then drains, commits and closes everything
 in reverse order.
@@ -18,7 +19,7 @@ from typing import Protocol
 
 from opentelemetry import context as otel_context
 
-from shared import tracing
+from shared import metrics, tracing
 from shared.bus import consuming, producing, records
 from shared.bus.settings import KafkaSettings
 from shared.kube import connecting
@@ -47,32 +48,39 @@ class Identity:
     concurrency: int
     span_name: str
     """Name of the span each settle (one act per burst of a key's records) runs in."""
+    metrics_port: int
+    """Port of the Prometheus ``/metrics`` endpoint; 0: none."""
 
 
 async def run(
     identity: Identity,
     kafka: KafkaSettings,
-    make_worker: Callable[[connecting.ClusterClients, producing.Publisher], Worker],
+    make_worker: Callable[[connecting.ClusterClients, producing.Publisher, metrics.ServiceMetrics], Worker],
     on_ready: Callable[[], None] = lambda: None,
 ) -> None:
     provider = tracing.configure(f"kto-{identity.service}", identity.instance)
-    clusters = connecting.ClusterClients(identity.kubeconfig, identity.in_cluster_name)
+    service_metrics = metrics.ServiceMetrics(kafka.dlq_topic)
+    clusters = connecting.ClusterClients(identity.kubeconfig, identity.in_cluster_name, service_metrics.on_request)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(provider.shutdown)
+        await stack.enter_async_context(metrics.serving(service_metrics, identity.metrics_port))
         stack.push_async_callback(clusters.close)
         publisher = await stack.enter_async_context(
-            producing.Publisher(kafka, identity.service, identity.instance)
+            producing.Publisher(kafka, identity.service, identity.instance, on_event=[service_metrics.on_bus_event])
         )
-        worker = make_worker(clusters, publisher)
+        worker = make_worker(clusters, publisher, service_metrics)
         stack.callback(worker.close)
         consumer = await stack.enter_async_context(
             consuming.KeyedConsumer(
-                kafka, identity.group_id, worker.handle, settle=worker.settle, accept=worker.accepts,
+                kafka, identity.group_id, worker.handle, accept=worker.accepts,
+                settle=service_metrics.timed_settle(identity.service, worker.settle),
+                on_event=[service_metrics.on_bus_event],
                 on_revoked=worker.forget,
                 concurrency_limit=identity.concurrency, span_name=identity.span_name,
                 instance=identity.instance,
                 retriable=lambda exc: getattr(exc, "retriable", False) is True,
             )
         )
+        service_metrics.watch_lag(consumer, identity.group_id)
         on_ready()
         await consumer.run()

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
         concurrency=args.concurrency, group_id=args.group, create_concurrency=args.create_concurrency,
-        check_after=args.check_after,
+        check_after=args.check_after, metrics_port=serving.metrics_port(args),
         operator=OperatorSettings(
             gang_scheduler_name=args.gang_scheduler_name,
             pytorch_init_container_image=args.pytorch_init_container_image,

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         raise cli.UserError(f"--write-interval {args.write_interval}: must be a number of seconds ≥ 0")
     settings = StatusSettings(
         kubeconfig=args.kubeconfig, concurrency=args.concurrency, group_id=args.group, record_events=not args.no_events,
-        write_interval=args.write_interval,
+        write_interval=args.write_interval, metrics_port=serving.metrics_port(args),
     )
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))

@@ -16,6 +16,8 @@ HELP = "watch one cluster's training jobs and publish every change to kto.jobs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kto import serving
+
     parser.add_argument("--cluster", required=True,
                         help="cluster name: the first part of every job key published")
     parser.add_argument("--kubeconfig", default=None,
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="namespace of the leader-election Lease (default: default)")
     parser.add_argument("--lease-duration", type=float, default=15.0,
                         help="seconds before a standby takes over from a silent leader (default: 15)")
+    serving.add_metrics_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             resync_interval=args.resync_interval,
             lease_namespace=args.lease_namespace,
             lease_duration=args.lease_duration,
+            metrics_port=serving.metrics_port(args),
         )
         kafka = KafkaSettings.from_env()
         provider = tracing.configure("kto-watcher", settings.identity)

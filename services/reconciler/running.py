@@ -20,9 +20,10 @@ async def run(
     identity = workers.Identity(
         service="reconciler", instance=settings.instance, group_id=settings.group_id,
         kubeconfig=settings.kubeconfig, in_cluster_name=settings.in_cluster_name,
-        concurrency=settings.concurrency, span_name="reconcile",
+        concurrency=settings.concurrency, span_name="reconcile", metrics_port=settings.metrics_port,
     )
     await workers.run(
-        identity, kafka, lambda clusters, publisher: reconciling.Reconciler(settings, clusters, publisher),
+        identity, kafka,
+        lambda clusters, publisher, _: reconciling.Reconciler(settings, clusters, publisher),
         on_ready,
     )

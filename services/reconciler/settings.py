@@ -49,5 +49,8 @@ class ReconcilerSettings:
     delete_grace: float = 300.0
     """Seconds a child this worker deleted counts as going away before it is deleted again."""
 
+    metrics_port: int = 0
+    """Port of the Prometheus ``/metrics`` endpoint (``--metrics-port``, or ``KTO_METRICS_PORT``); 0: none."""
+
     instance: str = dataclasses.field(default_factory=lambda: default_instance("reconciler"))
     """This worker's instance id (stamped on its records)."""

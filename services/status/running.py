@@ -14,10 +14,11 @@ async def run(settings: StatusSettings, kafka: KafkaSettings, on_ready: Callable
     identity = workers.Identity(
         service="status", instance=settings.instance, group_id=settings.group_id,
         kubeconfig=settings.kubeconfig, in_cluster_name=settings.in_cluster_name,
-        concurrency=settings.concurrency, span_name="aggregate status",
+        concurrency=settings.concurrency, span_name="aggregate status", metrics_port=settings.metrics_port,
     )
     await workers.run(
         identity, kafka,
-        lambda clusters, publisher: aggregating.StatusAggregator(settings, clusters, publisher),
+        lambda clusters, publisher, service_metrics: aggregating.StatusAggregator(
+            settings, clusters, publisher, service_metrics),
         on_ready,
     )

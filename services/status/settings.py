@@ -38,5 +38,8 @@ class StatusSettings:
     record_events: bool = True
     """Record Kubernetes Events for condition transitions."""
 
+    metrics_port: int = 0
+    """Port of the Prometheus ``/metrics`` endpoint (``--metrics-port``, or ``KTO_METRICS_PORT``); 0: none."""
+
     instance: str = dataclasses.field(default_factory=_instance)
     """This worker's instance id (stamped on its records)."""

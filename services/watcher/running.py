@@ -5,7 +5,7 @@ In: :class:`~services.watcher.settings.WatcherSettings` and
 Out: observations on the jobs topic while this process leads the cluster's
 Lease; nothing while it stands by. Runs until cancelled.
 
-Wiring: connect to the cluster (a bad kubeconfig raises
+Wiring: serve the metrics (when a port is set), connect to the cluster (a bad kubeconfig raises
 :class:`ClusterConfigError` at once), start the publisher (it waits for the
 broker), then campaign for the Lease. Each term as leader runs the watches
 (starting with a full list published as ADDED / MODIFIED / RESYNCED / DELETED
@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from services.watcher import resyncing, watching
 from services.watcher.settings import WatcherSettings
+from shared import metrics
 from shared.bus import errors, producing
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, leasing
@@ -45,10 +46,10 @@ class _BrokerRecovered(Exception):
     """Raised inside a term to restart its tasks after a broker outage."""
 
 
-async def connect(settings: WatcherSettings) -> clients.KubeClient:
+async def connect(settings: WatcherSettings, on_request: clients.RequestHook | None = None) -> clients.KubeClient:
     """A client for the cluster; :class:`ClusterConfigError` for a bad kubeconfig or context."""
     try:
-        return await clients.KubeClient.connect(settings.kubeconfig, settings.context)
+        return await clients.KubeClient.connect(settings.kubeconfig, settings.context, on_request=on_request)
     except (OSError, ValueError, LookupError, TypeError) as exc:
         raise ClusterConfigError(_config_problem(settings, exc)) from None
     except Exception as exc:  # kubernetes-asyncio's ConfigException is a bare Exception
@@ -109,15 +110,19 @@ async def run(
 ) -> None:
     """Watch ``settings.cluster`` while leading its Lease; runs until cancelled.
     ``on_active`` is called each time this process becomes the active watcher."""
-    async with await connect(settings) as client:
+    service_metrics = metrics.ServiceMetrics(kafka_settings.dlq_topic)
+    async with (
+        metrics.serving(service_metrics, settings.metrics_port),
+        await connect(settings, service_metrics.on_request) as client,
+    ):
         log.info("watcher %s starting for cluster %s (%s), namespace %s, lease %s/%s",
                  settings.identity, settings.cluster, client.host, settings.namespace or "(all)",
                  settings.lease_namespace, settings.lease)
         outage = watching.BrokerOutage()
         async with producing.Publisher(
-            kafka_settings, watching.SOURCE, settings.identity, on_event=[outage],
+            kafka_settings, watching.SOURCE, settings.identity, on_event=[outage, service_metrics.on_bus_event],
         ) as publisher:
-            watcher = watching.Watcher(client, publisher, settings)
+            watcher = watching.Watcher(client, publisher, settings, service_metrics)
             elector = leasing.LeaderElector(
                 client, settings.lease_namespace, settings.lease, settings.identity,
                 lease_duration=settings.lease_duration,

@@ -55,6 +55,9 @@ class WatcherSettings:
     """Seconds between two attempts to acquire or renew; 0 → ``lease_duration`` / 7.5
     (2 s for the default 15 s, as client-go's defaults)."""
 
+    metrics_port: int = 0
+    """Port of the Prometheus ``/metrics`` endpoint (``--metrics-port``, or ``KTO_METRICS_PORT``); 0: none."""
+
     identity: str = dataclasses.field(default_factory=default_identity)
     """This process in the Lease and in the ``instance`` field of its records."""
 
@@ -77,6 +80,8 @@ class WatcherSettings:
             raise ValueError("renew deadline must be positive and below the lease duration")
         if not 0 < self.lease_retry_period < self.lease_renew_deadline:
             raise ValueError("retry period must be positive and below the renew deadline")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics port {self.metrics_port} is not a port number (0 = none)")
         if self.watch_timeout < 1:
             raise ValueError(f"watch timeout must be at least 1 s, not {self.watch_timeout}")
 

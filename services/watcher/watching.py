@@ -38,7 +38,7 @@ from opentelemetry import trace
 
 from services.watcher import mapping
 from services.watcher.settings import WatcherSettings
-from shared import tracing
+from shared import metrics, tracing
 from shared.bus import events, producing, records
 from shared.kube import clients, resources
 
@@ -215,10 +215,12 @@ class Watcher:
 
     def __init__(
         self, client: clients.KubeClient, publisher: producing.Publisher, settings: WatcherSettings,
+        service_metrics: metrics.ServiceMetrics,
     ) -> None:
         self._client = client
         self._publisher = publisher
         self._settings = settings
+        self._metrics = service_metrics
         self.inventory = Inventory()
         self._unconfirmed: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=MAX_UNCONFIRMED)
         """Records handed to the producer whose acknowledgement is not checked yet, in order."""
@@ -408,6 +410,7 @@ class Watcher:
             },
         ):
             sent = await self._publisher.submit(record)
+        self._metrics.job_observed(event, kind, key_text)
         kind_slot = slot(kind, str(obj.get("apiVersion") or ""))
         known = self.inventory.of(kind_slot).get(_ident(obj)) if event == "DELETED" else None
         pending = _Pending(sent, kind_slot, _ident(obj), version, event, known)

@@ -96,6 +96,8 @@ class _Partition:
     next_offset: int | None = None
     """Offset to commit: one past the last record with nothing unfinished before it."""
     committed: int | None = None
+    position: int | None = None
+    """The consumer's position when the log ends were last checked (for :meth:`KeyedConsumer.lags`)."""
     revoked: bool = False
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
@@ -361,6 +363,7 @@ class KeyedConsumer(lifecycle.Started):
                 position = await self._consumer.position(tp)
             except kafka_errors.KafkaError:
                 continue  # a rebalance or outage under way: checked again later
+            partition.position = position
             if position <= highwater or self._partitions.get(tp) is not partition:
                 continue
             log.warning("%s/%s: position %s is past the log end %s; the broker lost the log: "
@@ -390,7 +393,7 @@ class KeyedConsumer(lifecycle.Started):
             return
         key = message.key.decode(errors="replace") if message.key else f"<{tp.topic}/{tp.partition}>"
         self._emit(events.MESSAGE_IN, topic=tp.topic, partition=tp.partition,
-                   offset=message.offset, key=key, group=self._group_id)
+                   offset=message.offset, key=key, group=self._group_id, type=records.type_of(message.headers))
         self._keys.setdefault(tp, set()).add(key)
         queue = self._queues.get(key)
         if queue is None:
@@ -404,6 +407,22 @@ class KeyedConsumer(lifecycle.Started):
         wakeup = self._wakeups.get(key)
         if wakeup is not None:
             wakeup.set()
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """Per partition held: records not finished yet, from the first offset not done
+        (or the position, when all are) to the log end the last fetch reported."""
+        found: dict[tuple[str, int], int] = {}
+        for tp, partition in list(self._partitions.items()):
+            end = self._consumer.highwater(tp) if self._consumer is not None and not partition.revoked else None
+            if partition.pending:
+                first: int | None = partition.pending[0]
+            elif partition.high >= 0 or partition.position is not None:
+                first = max(partition.high + 1, partition.position or 0)
+            else:
+                first = None
+            if end is not None and first is not None:
+                found[(tp.topic, tp.partition)] = max(end - first, 0)
+        return found
 
     def backlog(self, key: str) -> int:
         """Records of ``key`` taken in and not yet handled (besides the one being handled)."""
@@ -609,7 +628,7 @@ class KeyedConsumer(lifecycle.Started):
                       message.topic, message.partition, message.offset, exc)
             return
         self._emit(events.DEAD_LETTERED, topic=message.topic, partition=message.partition,
-                   offset=message.offset, group=self._group_id, error=error,
+                   offset=message.offset, group=self._group_id, error=error, type=records.type_of(message.headers),
                    dlq_topic=sent.topic, dlq_partition=sent.partition, dlq_offset=sent.offset)
 
     # -- committing and rebalancing -------------------------------------------

@@ -240,7 +240,7 @@ class Publisher(lifecycle.Started):
             metadata = future.result()
             sent = Sent(topic, metadata.partition, metadata.offset)
             self._emit(events.SEND_DONE, topic=topic, partition=sent.partition, offset=sent.offset,
-                       key=record.key)
+                       key=record.key, type=records.type_tag(record))
             finish(sent, None)
 
         try:
@@ -301,7 +301,7 @@ class Publisher(lifecycle.Started):
                 sent = Sent(topic, metadata.partition, metadata.offset)
                 results.append(sent)
                 self._emit(events.SEND_DONE, topic=topic, partition=sent.partition,
-                           offset=sent.offset, key=stamped[index].key)
+                           offset=sent.offset, key=stamped[index].key, type=records.type_tag(stamped[index]))
             permanent: list[BaseException] = []
             for index, failure in failures:
                 if not errors.is_retriable(failure):
@@ -349,7 +349,7 @@ class Publisher(lifecycle.Started):
             raise errors.PublishError(f"{topic} refused a record: {exc!r}") from exc
         sent = Sent(topic, metadata.partition, metadata.offset)
         self._emit(events.SEND_DONE, topic=topic, partition=sent.partition, offset=sent.offset,
-                   key=key.decode(errors="replace") if key else None)
+                   key=key.decode(errors="replace") if key else None, type=records.type_of(headers))
         return sent
 
 

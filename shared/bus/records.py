@@ -19,6 +19,7 @@ import datetime
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
 import pydantic
@@ -247,6 +248,14 @@ def type_tag(record: Observation | Decision) -> str:
     if isinstance(record, Observation):
         return f"observation:{record.object_kind}"
     return f"decision:{record.action}"
+
+
+def type_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    """The :data:`TYPE_HEADER` value among Kafka headers, if there is one."""
+    for name, value in headers or ():
+        if name == TYPE_HEADER and value is not None:
+            return value.decode(errors="replace")
+    return None
 
 
 def encode(record: Observation | Decision) -> bytes:

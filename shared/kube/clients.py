@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +38,12 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
+
+
+RequestHook = Callable[[str, str, int | None, float], None]
+"""Told of each HTTP request to the API server (retries and watches included):
+method, host (``host:port``), status code (None: no answer came) and seconds
+until the answer's headers."""
 
 
 class ApiError(Exception):
@@ -185,17 +192,22 @@ async def _skip_environment_lookups(api: k8s_client.ApiClient) -> None:
 class KubeClient:
     """One cluster's API server. ``async with KubeClient.connect(...)``; ``close()`` is safe twice."""
 
-    def __init__(self, api: k8s_client.ApiClient, retry: RetrySettings = RetrySettings()) -> None:
+    def __init__(
+        self, api: k8s_client.ApiClient, retry: RetrySettings = RetrySettings(), on_request: RequestHook | None = None,
+    ) -> None:
         self._api = api
         self._retry = retry
         self._closed = False
+        self._on_request = on_request
+        self._netloc = urllib.parse.urlsplit(str(api.configuration.host)).netloc
 
     @classmethod
     async def connect(
         cls, kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None,
-        retry: RetrySettings = RetrySettings(),
+        retry: RetrySettings = RetrySettings(), on_request: RequestHook | None = None,
     ) -> KubeClient:
-        """From a kubeconfig (path and context), or in-cluster config when there is none."""
+        """From a kubeconfig (path and context), or in-cluster config when there is none;
+        ``on_request`` is told of every request made."""
         configuration = k8s_client.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -207,7 +219,7 @@ class KubeClient:
             )
         api = _JsonApiClient(configuration)
         await _skip_environment_lookups(api)
-        return cls(api, retry)
+        return cls(api, retry, on_request)
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -229,6 +241,7 @@ class KubeClient:
         content_type: str = "application/json", timeout: float | None = 30.0,
     ) -> aiohttp.ClientResponse:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
+        started = time.perf_counter()
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(
                 path, method,
@@ -240,8 +253,14 @@ class KubeClient:
                 _request_timeout=timeout,
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self._observe(method, None, started)
             raise ApiError(0, "ConnectionError", f"{method} {path}: {exc!r}") from exc
+        self._observe(method, response.status, started)
         return response
+
+    def _observe(self, method: str, code: int | None, started: float) -> None:
+        if self._on_request is not None:
+            self._on_request(method, self._netloc, code, time.perf_counter() - started)
 
     async def request(
         self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,

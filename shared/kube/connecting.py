@@ -2,7 +2,8 @@
 
 In: a cluster name (the first part of a job key). Out: a client for it: the
 kubeconfig context of that name, or the in-cluster config for the one cluster
-served that way. ``close()`` closes them all and is safe twice.
+served that way, each telling ``on_request`` of its requests. ``close()`` closes
+them all and is safe twice.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ class UnknownCluster(Exception):
 
 
 class ClusterClients:
-    def __init__(self, kubeconfig: pathlib.Path | None, in_cluster_name: str = "in-cluster") -> None:
+    def __init__(
+        self, kubeconfig: pathlib.Path | None, in_cluster_name: str = "in-cluster",
+        on_request: clients.RequestHook | None = None,
+    ) -> None:
         self._kubeconfig = kubeconfig
         self._in_cluster_name = in_cluster_name
+        self._on_request = on_request
         self._clients: dict[str, clients.KubeClient] = {}
         self._lock = asyncio.Lock()
 
@@ -40,9 +45,9 @@ class ClusterClients:
         if self._kubeconfig is None:
             if cluster != self._in_cluster_name or not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 raise UnknownCluster(f"no kubeconfig, and cluster {cluster!r} is not the in-cluster one")
-            return await clients.KubeClient.connect()
+            return await clients.KubeClient.connect(on_request=self._on_request)
         try:
-            return await clients.KubeClient.connect(self._kubeconfig, context=cluster)
+            return await clients.KubeClient.connect(self._kubeconfig, context=cluster, on_request=self._on_request)
         except Exception as exc:  # kubernetes-asyncio raises ConfigException for an unknown context
             raise UnknownCluster(f"cluster {cluster!r}: no usable context in {self._kubeconfig}: {exc}") from exc
 

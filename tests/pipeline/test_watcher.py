@@ -22,7 +22,7 @@ from kto import cli
 from kto.commands import watcher as watcher_command
 from services.watcher import running, watching
 from services.watcher.settings import WatcherSettings
-from shared import tracing
+from shared import metrics, tracing
 from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings, client_options
 from shared.kube import clients, resources
@@ -266,7 +266,7 @@ async def test_a_watcher_that_runs_again_publishes_what_changed_while_it_was_sto
     settings = settings_for(cluster)
     services = resources.SERVICES
     async with producing.Publisher(bus, "watcher", settings.identity) as publisher:
-        watcher = watching.Watcher(client, publisher, settings)
+        watcher = watching.Watcher(client, publisher, settings, metrics.ServiceMetrics())
         async with service_task(watcher.run(), "first term"):
             await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("r"))
             for name in ("r-keep", "r-mod", "r-del"):
