@@ -80,6 +80,7 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
 
     from bench import pipeline
     from kto import stack
+    from shared.bus import replaying
 
     assert isinstance(stack_settings, stack.StackSettings)
     assert isinstance(bench_settings, pipeline.PipelineSettings)
@@ -97,7 +98,11 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
         if died:
             raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the run (see {e.log})"
                                              for e in died))
+        _progress("replaying the whole log (kto replay --all)")
+        replayed = await replaying.replay_log(running.kafka)
     figures = result.figures()
+    # Every recorded decision of the run made again with the pure core: none may differ.
+    figures["replay"] = replayed.figures()
     # An N-replica PyTorchJob needs 2N creates (N pods, N headless Services):
     # the jobs/s the API server could take if a job cost only those.
     ceiling_jobs = ceiling / (2 * bench_settings.replicas)
