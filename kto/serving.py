@@ -113,6 +113,18 @@ def metrics_port(args: argparse.Namespace) -> int:
     return port
 
 
+def configure_tracing(service: str, instance: str) -> None:
+    """Install the process's tracing (``KTO_TRACES``, ``OTEL_*``) before the service
+    starts, so that a value it cannot use is one line, not a traceback."""
+    from kto import cli
+    from shared import tracing
+
+    try:
+        tracing.configure(service, instance)
+    except tracing.TracingConfigError as exc:
+        raise cli.UserError(str(exc)) from None
+
+
 def worker_kafka(args: argparse.Namespace) -> KafkaSettings:
     """Check the worker arguments and read the Kafka settings from ``KTO_KAFKA_*``."""
     from kto import cli

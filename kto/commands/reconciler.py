@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             cluster_domain=os.environ.get("CUSTOM_CLUSTER_DOMAIN", ""),
         ),
     )
+    serving.configure_tracing("kto-reconciler", settings.instance)
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))
     )

@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig, concurrency=args.concurrency, group_id=args.group, record_events=not args.no_events,
         write_interval=args.write_interval, metrics_port=serving.metrics_port(args),
     )
+    serving.configure_tracing("kto-status", settings.instance)
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))
     )

@@ -2,7 +2,8 @@
 
 In: Kafka records of the subscribed topics (by default the jobs topic), as a
 member of a consumer group.
-Out: calls of ``handler(record, trace_context)``, inside a span, with
+Out: calls of ``handler(record, trace_context)``, inside a ``process <topic>``
+CONSUMER span whose parent is the producer's span (:mod:`shared.bus.spans`), with
 
 * **per-key order** — records of one job key are handled strictly in order by
   one worker task (a queue per key; a worker exits when its queue is empty);
@@ -23,7 +24,9 @@ Out: calls of ``handler(record, trace_context)``, inside a span, with
   again after a delay (new records of the key are taken in meanwhile, and
   their offsets, like those before, are committed only once a settle is
   done). Level-triggered workers do the expensive part once per burst instead
-  of once per record;
+  of once per record. A settle runs in a span of its own, a child of the last
+  record's ``process`` span, linked to the producer span of every record of the
+  burst;
 * **commits only as a member** — a member the coordinator no longer knows
   (rejoining after its session expired, or after the broker restarted empty)
   commits nothing: such a commit would land outside the group's generations,
@@ -55,7 +58,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from shared import tracing
-from shared.bus import errors, events, lifecycle, records, retrying
+from shared.bus import errors, events, lifecycle, records, retrying, spans
 from shared.bus.producing import Publisher
 from shared.bus.settings import KafkaSettings, client_options
 
@@ -69,9 +72,10 @@ itself runs inside the consumer's span, a child of that context). With a
 
 Settle = Callable[[str, otel_context.Context, bool], Awaitable[float | None]]
 """``settle(key, trace_context, flush)``: act on what the handler took in for
-``key``. Returns None when done, or seconds after which to be called again
-(sooner if more records of the key arrive). ``flush`` (stopping, partition
-revoked) means act now: a returned delay is then ignored."""
+``key`` (``trace_context``: the last record's ``process`` span). Returns None
+when done, or seconds after which to be called again (sooner if more records
+of the key arrive). ``flush`` (stopping, partition revoked) means act now: a
+returned delay is then ignored."""
 
 MAX_COALESCED = 256
 """Records of one key taken in before its settle runs, however fast they come."""
@@ -127,6 +131,16 @@ class _Partition:
         return self.next_offset
 
 
+@dataclasses.dataclass(frozen=True)
+class _Taken:
+    """A record the handler took in, as its settle sees it."""
+
+    context: otel_context.Context
+    """The record's ``process`` span: the parent of the settle that acts on it."""
+    producer: trace.SpanContext
+    """The span that published the record (invalid if it came without one): linked from the settle."""
+
+
 def _header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | None:
     for key, value in headers or ():
         if key == name:
@@ -171,7 +185,6 @@ class KeyedConsumer(lifecycle.Started):
         drain_timeout: float = 60.0,
         instance: str | None = None,
         settle: Settle | None = None,
-        settle_span_name: str | None = None,
         accept: Callable[[str], bool] | None = None,
         on_revoked: Callable[[set[str]], None] | None = None,
     ) -> None:
@@ -184,7 +197,8 @@ class KeyedConsumer(lifecycle.Started):
             retriable: extra test for handler errors worth retrying, besides
                 :class:`~shared.bus.errors.Retriable` and errors flagged retriable.
             policy: backoff and attempts, shared with the publisher.
-            span_name: name of the span each record is handled in.
+            span_name: name of the span a settle runs in (each record is
+                handled in a ``process <topic>`` span).
             commit_interval: seconds between periodic commits.
             max_buffered: records taken in but unfinished before fetching pauses
                 (default ``8 * concurrency_limit``).
@@ -202,8 +216,6 @@ class KeyedConsumer(lifecycle.Started):
                 this member lost (revoked and not given back): whatever it keeps
                 per key must go, since another member handles those keys now and
                 this one's copy would be stale if they came back.
-            settle_span_name: name of the span a settle runs in (``span_name``
-                by default; the records' spans are then named ``<span_name> take``).
         """
         if concurrency_limit < 1 or dedupe_capacity < 0:
             raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
@@ -221,8 +233,7 @@ class KeyedConsumer(lifecycle.Started):
         self._settle = settle
         self._accept = accept
         self._revoked_hook = on_revoked
-        self._settle_span_name = settle_span_name or span_name
-        self._span_name = f"{span_name} take" if settle is not None and settle_span_name is None else span_name
+        self._settle_span_name = span_name
         self._commit_interval = commit_interval
         self._drain_timeout = drain_timeout
         self._instance = instance or settings.client_id
@@ -455,6 +466,8 @@ class KeyedConsumer(lifecycle.Started):
         assert self._settle is not None
         held: list[tuple[Any, _Partition]] = []
         parent: otel_context.Context | None = None
+        producers: dict[tuple[int, int], trace.SpanContext] = {}
+        """The producer spans of the records taken in (in order, once each): the settle's links."""
         while True:
             while queue and len(held) < MAX_COALESCED:
                 message, partition = queue.popleft()
@@ -462,10 +475,12 @@ class KeyedConsumer(lifecycle.Started):
                 held.append((message, partition))
                 taken = await self._process(message)
                 if taken is not None:
-                    parent = taken
+                    parent = taken.context
+                    if taken.producer.is_valid:
+                        producers[taken.producer.trace_id, taken.producer.span_id] = taken.producer
             if held and parent is not None:
                 flush = self._stopping.is_set() or any(p.revoked for _, p in held)
-                delay = await self._settle_key(key, parent, held[-1][0], flush)
+                delay = await self._settle_key(key, parent, held, flush, [trace.Link(c) for c in producers.values()])
                 if delay is not None and not flush:
                     wakeup = self._wakeups.setdefault(key, asyncio.Event())
                     wakeup.clear()
@@ -477,15 +492,18 @@ class KeyedConsumer(lifecycle.Started):
                 partition.finish(message.offset)
             held.clear()
             parent = None
+            producers.clear()
             if not queue:
                 return
 
     async def _settle_key(
-        self, key: str, parent: otel_context.Context, last: Any, flush: bool,
+        self, key: str, parent: otel_context.Context, held: list[tuple[Any, _Partition]], flush: bool,
+        links: list[trace.Link],
     ) -> float | None:
-        """Run ``settle`` with retries; a settle that fails for good dead-letters ``last``."""
+        """Run ``settle`` with retries; a settle that fails for good dead-letters the last record held."""
         settle = self._settle
         assert settle is not None
+        last = held[-1][0]
         where = dict(topic=last.topic, partition=last.partition, offset=last.offset, group=self._group_id)
 
         def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
@@ -493,9 +511,9 @@ class KeyedConsumer(lifecycle.Started):
                        **where)
 
         with _tracer.start_as_current_span(
-            self._settle_span_name, context=parent,
+            self._settle_span_name, context=parent, links=links,
             attributes={"kto.job_key": key, "messaging.consumer.group.name": self._group_id,
-                        "kto.settle.flush": flush},
+                        "messaging.batch.message_count": len(held), "kto.settle.flush": flush},
         ) as span:
             async with self._handler_slots:
                 try:
@@ -516,9 +534,10 @@ class KeyedConsumer(lifecycle.Started):
 
     # -- handling ------------------------------------------------------------
 
-    async def _process(self, message: Any) -> otel_context.Context | None:
-        """Decode, drop duplicates, run the handler; the record's trace context if
-        the handler took it in (and, with a settle, said it changed something)."""
+    async def _process(self, message: Any) -> _Taken | None:
+        """Decode, drop duplicates, run the handler in the record's ``process`` span;
+        that span and the producer's if the handler took the record in (and, with a
+        settle, said it changed something)."""
         if self._accept is not None:
             tag = _header(message.headers, records.TYPE_HEADER)
             if tag is not None and not self._accept(tag):
@@ -526,21 +545,11 @@ class KeyedConsumer(lifecycle.Started):
                            offset=message.offset, group=self._group_id, type=tag)
                 return None
         parent = tracing.extract(message.headers)
-        attributes: dict[str, Any] = {
-            "messaging.system": "kafka",
-            "messaging.destination.name": message.topic,
-            "messaging.destination.partition.id": str(message.partition),
-            "messaging.kafka.offset": message.offset,
-            "messaging.consumer.group.name": self._group_id,
-            "topic": message.topic,
-            "partition": message.partition,
-            "offset": message.offset,
-        }
         where = dict(topic=message.topic, partition=message.partition, offset=message.offset,
                      group=self._group_id)
         with _tracer.start_as_current_span(
-            self._span_name, context=parent, kind=trace.SpanKind.CONSUMER,
-            attributes=attributes,
+            spans.process_name(message.topic), context=parent, kind=trace.SpanKind.CONSUMER,
+            attributes=spans.processing(message, self._group_id),
         ) as span:
             try:
                 record = records.decode(message.value)
@@ -551,9 +560,7 @@ class KeyedConsumer(lifecycle.Started):
                             message.partition, message.offset, reason[:500])
                 await self._dead_letter(message, f"MalformedRecord: {reason}")
                 return None
-            span.set_attribute("kto.job_key", record.key)
-            span.set_attribute("kto.record.id", record.id)
-            span.set_attribute("kto.record.type", record.type)
+            span.set_attributes(spans.decoded(record))
             if record.id in self._seen:
                 self._seen.move_to_end(record.id)
                 self._emit(events.DUPLICATE, key=record.key, record_id=record.id, **where)
@@ -565,7 +572,9 @@ class KeyedConsumer(lifecycle.Started):
             if failure is not None:
                 return None
             self._emit(events.MESSAGE_DONE, key=record.key, **where)
-            return parent if changed else None
+            if not changed:
+                return None
+            return _Taken(trace.set_span_in_context(span, parent), trace.get_current_span(parent).get_span_context())
 
     async def _handle(
         self,

@@ -31,7 +31,7 @@ from aiokafka import errors as kafka_errors
 from opentelemetry import trace
 
 from shared import tracing
-from shared.bus import errors, events, lifecycle, records, retrying
+from shared.bus import errors, events, lifecycle, records, retrying, spans
 from shared.bus.settings import KafkaSettings, client_options
 
 _tracer = trace.get_tracer("kto.bus")
@@ -152,17 +152,15 @@ class Publisher(lifecycle.Started):
         its job key, with the current trace context in its headers."""
         record = self._stamp(record)
         topic = topic or self._settings.jobs_topic
+        value = records.encode(record)
         with _tracer.start_as_current_span(
-            f"{topic} publish",
-            kind=trace.SpanKind.PRODUCER,
-            attributes=_span_attributes(topic, record),
+            spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
+            attributes=spans.publishing(topic, record, size=len(value)),
         ) as span:
             sent = await self.send_raw(
-                topic, records.encode(record), key=record.key.encode(),
-                headers=_typed(tracing.inject(headers), record),
+                topic, value, key=record.key.encode(), headers=_typed(tracing.inject(headers), record),
             )
-            span.set_attribute("messaging.destination.partition.id", str(sent.partition))
-            span.set_attribute("messaging.kafka.offset", sent.offset)
+            span.set_attributes(spans.written(sent.partition, sent.offset))
             return sent
 
     async def submit(
@@ -185,17 +183,17 @@ class Publisher(lifecycle.Started):
         """
         record = self._stamp(record)
         topic = topic or self._settings.jobs_topic
-        span = _tracer.start_span(
-            f"{topic} publish", kind=trace.SpanKind.PRODUCER, attributes=_span_attributes(topic, record),
-        )
         value, key = records.encode(record), record.key.encode()
+        span = _tracer.start_span(
+            spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
+            attributes=spans.publishing(topic, record, size=len(value)),
+        )
         kafka_headers = _typed(tracing.inject(headers, context=trace.set_span_in_context(span)), record)
         result: asyncio.Future[Sent] = asyncio.get_running_loop().create_future()
 
         def finish(sent: Sent | None, error: BaseException | None) -> None:
             if sent is not None:
-                span.set_attribute("messaging.destination.partition.id", str(sent.partition))
-                span.set_attribute("messaging.kafka.offset", sent.offset)
+                span.set_attributes(spans.written(sent.partition, sent.offset))
             elif error is not None:
                 span.record_exception(error)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, repr(error)))
@@ -270,10 +268,10 @@ class Publisher(lifecycle.Started):
         if not stamped:
             return []
         producer = await self._ready()
+        keys = {r.key for r in stamped}
         with _tracer.start_as_current_span(
-            f"{topic} publish", kind=trace.SpanKind.PRODUCER,
-            attributes={"messaging.system": "kafka", "messaging.destination.name": topic,
-                        "messaging.batch.message_count": len(stamped)},
+            spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
+            attributes=spans.publishing(topic, count=len(stamped), key=keys.pop() if len(keys) == 1 else None),
         ):
             trace_headers = tracing.inject(headers)
             futures: list[asyncio.Future[Any] | BaseException] = []
@@ -355,14 +353,3 @@ class Publisher(lifecycle.Started):
 
 def _typed(headers: list[tuple[str, bytes]], record: records.Record) -> list[tuple[str, bytes]]:
     return [*headers, (records.TYPE_HEADER, records.type_tag(record).encode())]
-
-
-def _span_attributes(topic: str, record: records.Record) -> dict[str, str]:
-    return {
-        "messaging.system": "kafka",
-        "messaging.destination.name": topic,
-        "messaging.kafka.message.key": record.key,
-        "kto.job_key": record.key,
-        "kto.record.type": record.type,
-        "kto.record.id": record.id,
-    }

@@ -27,6 +27,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from opentelemetry import trace
 
+from shared import tracing
 from shared.kube import resources
 
 log = logging.getLogger(__name__)
@@ -178,15 +179,20 @@ async def _skip_environment_lookups(api: k8s_client.ApiClient) -> None:
     request looks up proxy variables and ``~/.netrc`` in a worker thread (~10 %
     of a worker's CPU). With no proxy configured in the environment there is
     nothing to find (the API server never uses netrc credentials), so the session
-    is swapped for one on the same connector that skips the lookups."""
-    if urllib.request.getproxies():
+    is swapped for one on the same connector that skips the lookups. The session
+    also gets the tracing hooks when spans are exported (a CLIENT span per HTTP
+    request, its context sent to the API server)."""
+    proxies = bool(urllib.request.getproxies())
+    trace_configs = tracing.http_trace_configs()
+    if proxies and not trace_configs:
         return  # HTTPS_PROXY and friends apply: keep honouring them
     rest = api.rest_client
     old: aiohttp.ClientSession = rest.pool_manager
     connector = old.connector
     old.detach()
     await old.close()
-    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
+    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=proxies, read_bufsize=2**21,
+                                              trace_configs=trace_configs or None)
 
 
 class KubeClient:
@@ -268,13 +274,14 @@ class KubeClient:
     ) -> dict[str, Any]:
         """One call, retried when retriable; the decoded JSON body.
 
-        Runs in a CLIENT span ``<method> <route>`` (``route``: the resource, e.g.
-        ``pods`` or ``pytorchjobs/status``; the path when not given). The first
+        Runs in a span ``<method> <route>`` (``route``: the resource, e.g.
+        ``pods`` or ``pytorchjobs/status``; the path when not given), over the
+        HTTP CLIENT span of each attempt (when spans are exported). The first
         attempt skips tenacity's per-call bookkeeping; a retriable failure goes
         on to the remaining attempts with back-off (Retry-After honoured).
         """
         with _tracer.start_as_current_span(
-            f"{method} {route or path}", kind=trace.SpanKind.CLIENT,
+            f"{method} {route or path}",
             attributes={"http.request.method": method, "url.path": path, "server.address": self.host},
         ) as span:
             try:
@@ -324,7 +331,7 @@ class KubeClient:
         await self._api.update_params_for_auth(headers, [], ["BearerToken"])
         session: aiohttp.ClientSession = self._api.rest_client.pool_manager
         with _tracer.start_as_current_span(
-            "POST pods/exec", kind=trace.SpanKind.CLIENT,
+            "POST pods/exec",
             attributes={"http.request.method": "GET", "url.path": path, "server.address": self.host},
         ):
             try:
@@ -440,7 +447,8 @@ class KubeClient:
             query["resourceVersion"] = resource_version
         if label_selector:
             query["labelSelector"] = label_selector
-        response = await self._send("GET", rt.path(namespace), query, timeout=timeout_seconds + 30)
+        with tracing.untraced_http():
+            response = await self._send("GET", rt.path(namespace), query, timeout=timeout_seconds + 30)
         try:
             if not 200 <= response.status <= 299:
                 raise _error_from(response.status, await response.read(), response.headers)
