@@ -34,7 +34,10 @@ _test: $(STAMP) lint parts
 
 # Kubernetes (go build from the Go module proxy) and Kafka (jars from Maven
 # Central), built once per machine into ~/.cache/kto; a no-op when cached.
+# Headless Chromium for the console's browser tests (Debian's chromium and
+# chromium-driver), installed with apt-get when missing, whatever the tier.
 parts: $(STAMP)
+	@$(BIN)/python -m realparts.browser
 	@if [ "$$CI" != "true" ] && [ -n "$$KTO_SKIP_REAL" ] && [ "$$KTO_SKIP_REAL" != 0 ]; then \
 	  echo "real parts not built: KTO_SKIP_REAL is set"; else $(BIN)/python -m realparts; fi
 

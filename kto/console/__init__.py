@@ -1,0 +1,9 @@
+"""``kto console``: a small web console over the clusters' jobs and their audit log.
+
+``summaries`` turns what was read (job objects, audit-log entries) into the
+JSON documents the pages show — pure functions, the clock passed in;
+``reading`` reads the clusters (every context of a kubeconfig) and the
+``kto.jobs`` topic; ``serving`` is the aiohttp application: the two pages,
+their JSON endpoints and server-sent event streams, and the static files
+(plain HTML, CSS and a little vanilla JavaScript) under ``static/``.
+"""

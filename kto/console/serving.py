@@ -1,0 +1,307 @@
+"""The console's web application on aiohttp.
+
+In: :class:`~kto.console.settings.ConsoleSettings`. Out: these routes —
+
+* ``GET /`` — the jobs page; ``GET /jobs/{cluster}/{namespace}/{kind}/{name}`` —
+  a job's page, or a 404 page saying what is missing (an unknown cluster, a
+  kind kto does not serve, a job neither the cluster nor the audit log has);
+* ``GET /api/jobs`` (filters ``cluster``, ``namespace``, ``kind``, ``state``,
+  ``q``) and ``GET /api/jobs/{cluster}/{namespace}/{kind}/{name}`` — the JSON
+  the pages show (:mod:`kto.console.summaries`); errors as ``{"error": …}``
+  with 404, or 503 for a cluster that cannot answer about a job the audit
+  log does not know either;
+* the same two with ``/stream`` appended — server-sent events, one ``data:``
+  line of that JSON each time it changes (a job's page is sent again at once
+  when a record of it is written to the audit log, else after at most
+  ``refresh`` seconds), so the pages update without a reload;
+* ``GET /static/…`` — the pages' CSS and JavaScript (package data; the pages'
+  HTML is ``pages/``, each filled into ``pages/layout.html``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import http
+import importlib.resources
+import json
+import logging
+import pathlib
+import string
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from kto.console import reading, summaries
+from kto.console.settings import ConsoleSettings
+from shared.bus import records
+from shared.bus import reading as bus_reading
+from shared.bus.errors import BusError
+
+log = logging.getLogger("kto.console")
+
+STATIC = pathlib.Path(str(importlib.resources.files("kto.console") / "static"))
+"""The pages' CSS and JavaScript, served as they are."""
+
+PAGES = pathlib.Path(str(importlib.resources.files("kto.console") / "pages"))
+"""The pages' HTML: ``layout.html`` and the ``<main>`` of each page."""
+
+KEEPALIVE = 10.0
+"""Seconds of silence after which an event stream sends a comment (a closed page is noticed by then)."""
+
+_JOB = "/{cluster}/{namespace}/{kind}/{name}"
+
+
+class ListenError(Exception):
+    """The console cannot listen where it was asked to (port taken, address not local …)."""
+
+
+class _Missing(Exception):
+    """What a page or an endpoint cannot show, with the HTTP status that says so."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _Console:
+    """What the handlers share: the settings, the clusters' clients and the jobs list's answers."""
+
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.clusters = reading.Clusters(settings.kubeconfig, settings.contexts, settings.cluster_timeout)
+        self.listing = reading.Listing(self.clusters, settings.refresh, settings.patience)
+
+    def key(self, request: web.Request) -> records.JobKey:
+        """The job key a path names; _Missing (404) for a cluster or kind the console does not know."""
+        info = request.match_info
+        if info["cluster"] not in self.settings.contexts:
+            raise _Missing(404, f"no cluster {info['cluster']!r} in {self.settings.kubeconfig} "
+                                f"(its contexts: {', '.join(self.settings.contexts)})")
+        kind = summaries.kind_named(info["kind"])
+        if kind is None:
+            raise _Missing(404, f"{info['kind']!r} is not a job kind kto serves ({', '.join(summaries.KINDS)})")
+        try:
+            return records.JobKey.parse(f"{info['cluster']}/{info['namespace']}/{kind}/{info['name']}")
+        except (records.InvalidJobKey, ValueError) as exc:
+            raise _Missing(404, str(exc)) from None
+
+    async def entries(self, key: records.JobKey) -> tuple[list[bus_reading.Entry], str]:
+        """The job's audit-log entries, and why they could not be read ("" when they could)."""
+        topic = self.settings.kafka.jobs_topic
+        try:
+            async with asyncio.timeout(self.settings.audit_timeout):
+                return await reading.entries(self.settings.kafka, key), ""
+        except TimeoutError:
+            return [], f"reading {topic} took more than {self.settings.audit_timeout:g}s"
+        except BusError as exc:
+            return [], str(exc)
+        except Exception as exc:  # aiokafka's own errors while reading (kto code may not name them)
+            log.warning("reading the records of %s failed", key, exc_info=True)
+            return [], f"reading {topic} failed: {exc!r}"
+
+    async def page(self, key: records.JobKey, found: list[bus_reading.Entry], audit_error: str) -> dict[str, Any]:
+        """The job's page with the job as its cluster has it now."""
+        job, cluster_error = None, ""
+        try:
+            job = await self.clusters.job(key)
+        except reading.Unanswered as exc:
+            cluster_error = str(exc)
+        return summaries.page(key, job, found, trace_url=self.settings.trace_url, cluster_error=cluster_error,
+                              audit_error=audit_error)
+
+    async def document(self, key: records.JobKey) -> dict[str, Any]:
+        """The job's page; _Missing when neither its cluster nor the audit log has it."""
+        found, audit_error = await self.entries(key)
+        page = await self.page(key, found, audit_error)
+        if page["onCluster"] or found:
+            return page
+        what = f"{key.kind} {key.namespace}/{key.name}"
+        if page["clusterError"]:
+            raise _Missing(503, f"cluster {key.cluster} cannot answer ({page['clusterError']}) "
+                                f"and the audit log has no record of {what}")
+        log_said = (f"and no record of it in {self.settings.kafka.jobs_topic}" if not audit_error else
+                    f"and the audit log cannot be read ({audit_error})")
+        raise _Missing(404, f"no {what} in cluster {key.cluster}, {log_said}")
+
+    async def close(self) -> None:
+        await self.listing.close()
+        await self.clusters.close()
+
+
+_CONSOLE = web.AppKey("console", _Console)
+
+
+def _render(page: str, title: str, code: int = 200, **fields: str) -> web.Response:
+    """``pages/<page>.html`` (its ``$fields`` filled in, escaped) in the layout."""
+    main = string.Template((PAGES / f"{page}.html").read_text(encoding="utf-8"))
+    layout = string.Template((PAGES / "layout.html").read_text(encoding="utf-8"))
+    body = layout.substitute(title=html.escape(title), page=page, live="" if page == "error" else "connecting…",
+                             main=main.substitute({name: html.escape(value) for name, value in fields.items()}))
+    return web.Response(text=body, status=code, content_type="text/html", headers={"Cache-Control": "no-cache"})
+
+
+def _error_page(status: int, message: str) -> web.Response:
+    phrase = http.HTTPStatus(status).phrase
+    return _render("error", phrase, status, status=str(status), phrase=phrase, message=message)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                  ) -> web.StreamResponse:
+    """What is missing as a page saying so (JSON under /api/), never a traceback."""
+    api = request.path.startswith("/api/")
+    try:
+        return await handler(request)
+    except _Missing as exc:
+        status, message = exc.status, exc.message
+    except web.HTTPNotFound:
+        status, message = 404, f"no page at {request.path}"
+    if api:
+        return web.json_response({"error": message}, status=status)
+    return _error_page(status, message)
+
+
+def _console(request: web.Request) -> _Console:
+    return request.app[_CONSOLE]
+
+
+async def _jobs_page(request: web.Request) -> web.StreamResponse:
+    return _render("jobs", "Jobs")
+
+
+async def _job_page(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    key = console.key(request)
+    await console.document(key)  # a missing job is a 404 page, not an empty one
+    return _render("job", f"{key.kind} {key.namespace}/{key.name}")
+
+
+async def _listing(request: web.Request) -> dict[str, Any]:
+    console = _console(request)
+    jobs, errors = await console.listing.snapshot()
+    return summaries.listing(console.settings.contexts, jobs, errors, summaries.Filters.from_query(request.query))
+
+
+async def _jobs_api(request: web.Request) -> web.StreamResponse:
+    return web.json_response(await _listing(request))
+
+
+async def _job_api(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    return web.json_response(await console.document(console.key(request)))
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    return response
+
+
+async def _send(response: web.StreamResponse, document: dict[str, Any]) -> None:
+    await response.write(b"data: " + json.dumps(document, separators=(",", ":")).encode() + b"\n\n")
+
+
+async def _pace(response: web.StreamResponse, quiet: float, changed: asyncio.Event | None, wait: float) -> float:
+    """Wait ``wait`` seconds (or until ``changed``); a keep-alive comment after ``KEEPALIVE`` quiet
+    seconds. The quiet seconds after."""
+    if quiet >= KEEPALIVE:
+        await response.write(b": keepalive\n\n")
+        quiet = 0.0
+    if changed is None:
+        await asyncio.sleep(wait)
+    else:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), wait)
+        changed.clear()
+    return quiet + wait
+
+
+async def _jobs_stream(request: web.Request) -> web.StreamResponse:
+    response = await _events(request)
+    last: dict[str, Any] | None = None
+    quiet = 0.0
+    with contextlib.suppress(ConnectionResetError):  # the page was closed
+        while True:
+            document = await _listing(request)
+            if document != last:
+                await _send(response, document)
+                last, quiet = document, 0.0
+            quiet = await _pace(response, quiet, None, _console(request).settings.refresh)
+    return response
+
+
+async def _job_stream(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    key = console.key(request)
+    found, audit_error = await console.entries(key)
+    response = await _events(request)
+    changed = asyncio.Event()
+
+    async def follow() -> None:
+        nonlocal audit_error
+        try:
+            async for entry in reading.follow(console.settings.kafka, key, found[-1] if found else None):
+                found.append(entry)
+                changed.set()
+        except Exception as exc:  # BusError, or aiokafka's own errors while reading
+            log.warning("following the records of %s stopped", key, exc_info=not isinstance(exc, BusError))
+            audit_error = f"following the audit log stopped: {exc}"
+            changed.set()
+
+    follower = asyncio.create_task(follow(), name=f"console-follow-{key}") if not audit_error else None
+    last: dict[str, Any] | None = None
+    quiet = 0.0
+    try:
+        with contextlib.suppress(ConnectionResetError):
+            while True:
+                document = await console.page(key, found, audit_error)
+                if document != last:
+                    await _send(response, document)
+                    last, quiet = document, 0.0
+                quiet = await _pace(response, quiet, changed, console.settings.refresh)
+    finally:
+        if follower is not None:
+            follower.cancel()
+            await asyncio.wait({follower})
+    return response
+
+
+async def _close(app: web.Application) -> None:
+    await app[_CONSOLE].close()
+
+
+def application(settings: ConsoleSettings) -> web.Application:
+    app = web.Application(middlewares=[_errors])
+    app[_CONSOLE] = _Console(settings)
+    app.router.add_get("/", _jobs_page)
+    app.router.add_get("/jobs" + _JOB, _job_page)
+    app.router.add_get("/api/jobs", _jobs_api)
+    app.router.add_get("/api/jobs/stream", _jobs_stream)
+    app.router.add_get("/api/jobs" + _JOB, _job_api)
+    app.router.add_get("/api/jobs" + _JOB + "/stream", _job_stream)
+    app.router.add_static("/static", STATIC)
+    app.on_cleanup.append(_close)
+    return app
+
+
+async def serve(settings: ConsoleSettings, ready: Callable[[str], None]) -> None:
+    """Serve until cancelled; ``ready(url)`` once listening. ListenError when it cannot listen."""
+    # Open event streams are cut after 2 s at shutdown rather than waited for.
+    runner = web.AppRunner(application(settings), shutdown_timeout=2.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+        host, port = runner.addresses[0][:2]
+        ready(f"http://{f'[{host}]' if ':' in host else host}:{port}/")
+        await asyncio.Event().wait()
+    finally:
+        await asyncio.shield(runner.cleanup())
