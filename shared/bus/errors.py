@@ -51,6 +51,10 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     kafka_errors.NodeNotReadyError,
     kafka_errors.RequestTimedOutError,
     kafka_errors.NoBrokersAvailable,
+    # UNKNOWN_SERVER_ERROR: Tansu answers a produce with it while it comes back empty
+    # and its topics are being created again (seen in chaos broker restarts). A record
+    # carries a dedup id, so a bounded retry is safe on any broker.
+    kafka_errors.UnknownError,
     TimeoutError,
     ConnectionError,
 )

@@ -131,3 +131,14 @@ def test_settings_given_to_a_child_process_as_variables_come_back_the_same() -> 
         sasl_username="kto", sasl_password="pw", jobs_topic="j", dlq_topic="d", partitions=3, idempotence=False,
     )
     assert settings.KafkaSettings.from_env(given.to_env()) == given
+
+
+def test_a_broker_answering_unknown_server_error_is_tried_again() -> None:
+    # Tansu answers produces with UNKNOWN_SERVER_ERROR while it comes back empty (chaos
+    # broker restarts); a bounded retry keeps the record out of the dead-letter topic.
+    from aiokafka import errors as kafka_errors
+
+    from shared.bus import errors
+
+    assert errors.is_retriable(kafka_errors.UnknownError())
+    assert not errors.is_retriable(kafka_errors.RecordTooLargeError())
