@@ -7,12 +7,18 @@ Kafka settings. Out: :func:`run`, which sets up tracing, the worker's metrics
 clients, the publisher and the consumer, calls ``on_ready`` once the group is
 joined, consumes until cancelled, then drains, commits and closes everything
 in reverse order.
+
+Many clusters, one worker: the settles of one cluster's job keys hold at most
+half the worker's slots (the consumer's lanes), and a key whose cluster does
+not answer waits (:func:`waiting_for_clusters`), so one cluster that stops
+answering slows no other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import pathlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -22,7 +28,42 @@ from opentelemetry import context as otel_context
 from shared import metrics, tracing
 from shared.bus import consuming, producing, records
 from shared.bus.settings import KafkaSettings
-from shared.kube import connecting
+from shared.kube import clients, connecting
+
+log = logging.getLogger("kto.workers")
+
+
+def cluster_of(job_key: str) -> str:
+    """The cluster part of a job key (``cluster/namespace/kind/name``): a settle's lane."""
+    return job_key.split("/", 1)[0]
+
+
+def lane_limit(concurrency: int) -> int:
+    """Slots the settles of one cluster's keys may hold: half of them, so a cluster whose
+    requests hang leaves the other half to the rest."""
+    return max(1, concurrency // 2)
+
+
+def waiting_for_clusters(settle: consuming.Settle) -> consuming.Settle:
+    """``settle`` for a job key whose cluster does not answer
+    (:class:`~shared.kube.clients.ClusterUnreachable`): the key waits ``retry_after``
+    seconds and is settled again, its records held (and taken in as they come),
+    no slot held meanwhile, nothing dead-lettered. When flushing (stopping, the
+    partition revoked) nothing can be written: its records are let go, and the
+    cluster's watcher republishes the job once the cluster is back (its relist,
+    then every resync), which whoever holds the key then settles."""
+
+    async def settle_key(job_key: str, parent: otel_context.Context, flush: bool) -> float | None:
+        try:
+            return await settle(job_key, parent, flush)
+        except clients.ClusterUnreachable as exc:
+            if flush:
+                log.warning("%s: let go unsettled (%s)", job_key, exc.message)
+                return None
+            log.debug("%s: waiting %.1fs (%s)", job_key, exc.retry_after or 0.0, exc.message)
+            return exc.retry_after
+
+    return settle_key
 
 
 class Worker(Protocol):
@@ -73,7 +114,8 @@ async def run(
         consumer = await stack.enter_async_context(
             consuming.KeyedConsumer(
                 kafka, identity.group_id, worker.handle, accept=worker.accepts,
-                settle=service_metrics.timed_settle(identity.service, worker.settle),
+                settle=service_metrics.timed_settle(identity.service, waiting_for_clusters(worker.settle)),
+                lane=cluster_of, lane_limit=lane_limit(identity.concurrency),
                 on_event=[service_metrics.on_bus_event],
                 on_revoked=worker.forget,
                 concurrency_limit=identity.concurrency, span_name=identity.span_name,

@@ -27,6 +27,11 @@ CONSUMER span whose parent is the producer's span (:mod:`shared.bus.spans`), wit
   of once per record. A settle runs in a span of its own, a child of the last
   record's ``process`` span, linked to the producer span of every record of the
   burst;
+* **lanes** (optional ``lane``) — the settles of one lane's keys (for the
+  workers, a job key's cluster) hold at most ``lane_limit`` handler slots at
+  once, and a key takes its lane's slot before a handler slot, so keys whose
+  settles hang (a cluster that stopped answering) cannot take every slot
+  from the other lanes;
 * **commits only as a member** — a member the coordinator no longer knows
   (rejoining after its session expired, or after the broker restarted empty)
   commits nothing: such a commit would land outside the group's generations,
@@ -148,6 +153,28 @@ def _header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | Non
     return None
 
 
+class _LaneSlot:
+    """A slot of the key's lane, then a handler slot; released in reverse."""
+
+    __slots__ = ("_lane", "_slots")
+
+    def __init__(self, lane: asyncio.Semaphore, slots: asyncio.Semaphore) -> None:
+        self._lane = lane
+        self._slots = slots
+
+    async def __aenter__(self) -> None:
+        await self._lane.acquire()
+        try:
+            await self._slots.acquire()
+        except BaseException:
+            self._lane.release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._slots.release()
+        self._lane.release()
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, owner: KeyedConsumer) -> None:
         self._owner = owner
@@ -187,6 +214,8 @@ class KeyedConsumer(lifecycle.Started):
         settle: Settle | None = None,
         accept: Callable[[str], bool] | None = None,
         on_revoked: Callable[[set[str]], None] | None = None,
+        lane: Callable[[str], str] | None = None,
+        lane_limit: int | None = None,
     ) -> None:
         """
         Args:
@@ -216,6 +245,8 @@ class KeyedConsumer(lifecycle.Started):
                 this member lost (revoked and not given back): whatever it keeps
                 per key must go, since another member handles those keys now and
                 this one's copy would be stale if they came back.
+            lane: a key's lane (see the module doc); settles of one lane hold at
+                most ``lane_limit`` (default ``concurrency_limit``) slots at once.
         """
         if concurrency_limit < 1 or dedupe_capacity < 0:
             raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
@@ -224,6 +255,10 @@ class KeyedConsumer(lifecycle.Started):
         self._handler = handler
         self._topics = tuple(topics or (settings.jobs_topic,))
         self._handler_slots = asyncio.Semaphore(concurrency_limit)
+        self._lane = lane
+        self._lane_limit = min(lane_limit or concurrency_limit, concurrency_limit)
+        self._lanes: dict[str, asyncio.Semaphore] = {}
+        """Lane → its slots (one per cluster for the workers: a handful to a few hundred)."""
         self._capacity = asyncio.Semaphore(max_buffered or 8 * concurrency_limit)
         self._dedupe_capacity = dedupe_capacity
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -515,7 +550,7 @@ class KeyedConsumer(lifecycle.Started):
             attributes={"kto.job_key": key, "messaging.consumer.group.name": self._group_id,
                         "messaging.batch.message_count": len(held), "kto.settle.flush": flush},
         ) as span:
-            async with self._handler_slots:
+            async with self._slot(key):
                 try:
                     delay = await retrying.handle(
                         self._policy, lambda: settle(key, parent, flush),
@@ -603,6 +638,16 @@ class KeyedConsumer(lifecycle.Started):
                 log.warning("handler failed (%s) on %s: %r", kind, record.key, exc)
                 return f"{type(exc).__name__} ({kind}): {exc}", False
         return None, result is not False
+
+    def _slot(self, key: str) -> asyncio.Semaphore | _LaneSlot:
+        """What a settle of ``key`` holds while it runs: a handler slot, after one of its lane's."""
+        if self._lane is None:
+            return self._handler_slots
+        lane = self._lane(key)
+        slots = self._lanes.get(lane)
+        if slots is None:
+            slots = self._lanes[lane] = asyncio.Semaphore(self._lane_limit)
+        return _LaneSlot(slots, self._handler_slots)
 
     def _is_retriable(self, exc: BaseException) -> bool:
         if errors.is_retriable(exc):

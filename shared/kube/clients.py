@@ -19,7 +19,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import tenacity
@@ -76,6 +77,22 @@ class ApiError(Exception):
     @property
     def gone(self) -> bool:
         return self.code == 410
+
+
+class ClusterUnreachable(ApiError):
+    """A request not sent: its cluster has not answered lately (see :mod:`shared.kube.reaching`).
+    Retriable, but never retried in place: the caller should come back after ``retry_after``
+    seconds without holding anything meanwhile."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(0, "ClusterUnreachable", message, retry_after)
+
+
+class Guard(Protocol):
+    """Runs each attempt of a request (``what``: method and path); may refuse it with
+    :class:`ClusterUnreachable` or cut it short (an ApiError with code 0)."""
+
+    def attempt(self, what: str) -> AbstractAsyncContextManager[None]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +155,8 @@ def retrying(settings: RetrySettings, attempts: int | None = None) -> tenacity.A
     """The retry policy for API calls: retriable ApiErrors only, Retry-After honoured;
     ``attempts`` (default ``settings.attempts``) tries in all."""
     return tenacity.AsyncRetrying(
-        retry=tenacity.retry_if_exception(lambda e: isinstance(e, ApiError) and e.retriable),
+        retry=tenacity.retry_if_exception(
+            lambda e: isinstance(e, ApiError) and e.retriable and not isinstance(e, ClusterUnreachable)),
         wait=_wait(settings),
         stop=tenacity.stop_after_attempt(attempts or settings.attempts),
         reraise=True,
@@ -200,7 +218,9 @@ class KubeClient:
 
     def __init__(
         self, api: k8s_client.ApiClient, retry: RetrySettings = RetrySettings(), on_request: RequestHook | None = None,
+        *, guard: Guard | None = None,
     ) -> None:
+        self._guard = guard
         self._api = api
         self._retry = retry
         self._closed = False
@@ -211,9 +231,11 @@ class KubeClient:
     async def connect(
         cls, kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None,
         retry: RetrySettings = RetrySettings(), on_request: RequestHook | None = None,
+        *, guard: Guard | None = None,
     ) -> KubeClient:
         """From a kubeconfig (path and context), or in-cluster config when there is none;
-        ``on_request`` is told of every request made."""
+        ``on_request`` is told of every request made; ``guard`` runs every attempt of
+        ``request`` (not watches)."""
         configuration = k8s_client.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -225,7 +247,7 @@ class KubeClient:
             )
         api = _JsonApiClient(configuration)
         await _skip_environment_lookups(api)
-        return cls(api, retry, on_request)
+        return cls(api, retry, on_request, guard=guard)
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -288,7 +310,7 @@ class KubeClient:
                 return await self._once(method, path, query, body, content_type)
             except ApiError as exc:
                 span.set_attribute("http.response.status_code", exc.code)
-                if not exc.retriable or self._retry.attempts <= 1:
+                if not exc.retriable or self._retry.attempts <= 1 or isinstance(exc, ClusterUnreachable):
                     raise
                 first = exc
             await asyncio.sleep(first.retry_after if first.retry_after is not None else self._retry.initial_wait)
@@ -298,6 +320,14 @@ class KubeClient:
             raise AssertionError("unreachable: tenacity reraises")
 
     async def _once(
+        self, method: str, path: str, query: dict[str, Any] | None, body: Any, content_type: str,
+    ) -> dict[str, Any]:
+        if self._guard is None:
+            return await self._exchange(method, path, query, body, content_type)
+        async with self._guard.attempt(f"{method} {path}"):
+            return await self._exchange(method, path, query, body, content_type)
+
+    async def _exchange(
         self, method: str, path: str, query: dict[str, Any] | None, body: Any, content_type: str,
     ) -> dict[str, Any]:
         response = await self._send(method, path, query, body, content_type)

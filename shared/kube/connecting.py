@@ -3,7 +3,10 @@
 In: a cluster name (the first part of a job key). Out: a client for it: the
 kubeconfig context of that name, or the in-cluster config for the one cluster
 served that way, each telling ``on_request`` of its requests. ``close()`` closes
-them all and is safe twice.
+them all and is safe twice. Each client's requests run under its cluster's
+:class:`~shared.kube.reaching.Reachability`: a cluster that stops answering
+fails its requests fast (:class:`~shared.kube.clients.ClusterUnreachable`)
+instead of holding the worker, and is probed until it answers again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import os
 import pathlib
 
-from shared.kube import clients
+from shared.kube import clients, reaching
 
 
 class UnknownCluster(Exception):
@@ -22,11 +25,12 @@ class UnknownCluster(Exception):
 class ClusterClients:
     def __init__(
         self, kubeconfig: pathlib.Path | None, in_cluster_name: str = "in-cluster",
-        on_request: clients.RequestHook | None = None,
+        on_request: clients.RequestHook | None = None, reach: reaching.ReachSettings = reaching.ReachSettings(),
     ) -> None:
         self._kubeconfig = kubeconfig
         self._in_cluster_name = in_cluster_name
         self._on_request = on_request
+        self._reach = reach
         self._clients: dict[str, clients.KubeClient] = {}
         self._lock = asyncio.Lock()
 
@@ -45,9 +49,12 @@ class ClusterClients:
         if self._kubeconfig is None:
             if cluster != self._in_cluster_name or not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 raise UnknownCluster(f"no kubeconfig, and cluster {cluster!r} is not the in-cluster one")
-            return await clients.KubeClient.connect(on_request=self._on_request)
+            return await clients.KubeClient.connect(
+                on_request=self._on_request, guard=reaching.Reachability(cluster, self._reach))
         try:
-            return await clients.KubeClient.connect(self._kubeconfig, context=cluster, on_request=self._on_request)
+            return await clients.KubeClient.connect(
+                self._kubeconfig, context=cluster, on_request=self._on_request,
+                guard=reaching.Reachability(cluster, self._reach))
         except Exception as exc:  # kubernetes-asyncio raises ConfigException for an unknown context
             raise UnknownCluster(f"cluster {cluster!r}: no usable context in {self._kubeconfig}: {exc}") from exc
 
