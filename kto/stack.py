@@ -6,7 +6,8 @@ Out: :class:`Stack`, an async context manager that starts, as processes of
 their own (``python -m kto ...``, each in its own process group, output to
 ``<state-dir>/logs/<name>.log``):
 
-1. ``kto broker`` (Tansu, in memory) — the bus;
+1. ``kto broker`` (Tansu, in memory) — the bus, unless ``kafka`` names one
+   already running;
 2. one ``kto sim`` per cluster — the API servers, merged into ONE kubeconfig
    ``<state-dir>/kubeconfig`` with contexts ``kto-1`` … ``kto-N``;
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
@@ -19,7 +20,10 @@ the clusters, then the broker — each with SIGTERM to its process group, a
 wait, then SIGKILL; processes that left the group (Tansu runs in a session
 of its own) are tracked by pid and stopped too. ``up.lock`` in the state
 directory keeps a second stack off the same directory. Used by ``kto up``,
-``kto demo``, ``kto bench`` and the pipeline tests.
+``kto demo``, ``kto bench`` and the pipeline tests. For fault runs a child can
+be killed and restarted (``kill``, ``restart``) or frozen and thawed with
+SIGSTOP / SIGCONT (``pause``, ``resume``: a cluster whose API server stops
+answering, and comes back as it was).
 """
 
 from __future__ import annotations
@@ -105,6 +109,10 @@ class StackSettings:
     broker: str = "tansu"
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
     ``<state-dir>/kafka``, kept across runs)."""
+
+    kafka: bus_settings.KafkaSettings | None = None
+    """A broker already running (bootstrap, topic names, security) to use instead of starting
+    ``broker``; its own ``partitions`` count for the topics, not ``partitions``."""
 
     watcher_args: tuple[str, ...] = ()
     """Further ``kto watcher`` arguments (e.g. a shorter ``--lease-duration`` for chaos runs)."""
@@ -408,6 +416,8 @@ class Stack:
     @property
     def kafka(self) -> bus_settings.KafkaSettings:
         """Settings that reach this stack's broker."""
+        if self.settings.kafka is not None:
+            return self.settings.kafka
         try:
             base = bus_settings.KafkaSettings.from_env()  # the user's KTO_KAFKA_* tuning is kept
         except bus_settings.SettingsError as exc:
@@ -476,6 +486,14 @@ class Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for old in self.log_dir.glob("*.log"):
             old.unlink()
+        if s.kafka is not None:
+            self.bootstrap = s.kafka.bootstrap
+        else:
+            await self._start_broker()
+        await self._start_clusters()
+
+    async def _start_broker(self) -> None:
+        s = self.settings
         broker_argv = ["broker", "--engine", s.broker, "--port", "0", "--partitions", str(s.partitions)]
         if s.broker == "kafka":
             broker_argv += ["--state-dir", str(self.state_dir / "kafka")]
@@ -486,6 +504,9 @@ class Stack:
             raise StackError(f"the broker's ready line names no bootstrap address (see {broker.log})")
         self.bootstrap = broker.ready[0]
 
+    async def _start_clusters(self) -> None:
+        """The clusters, their merged kubeconfig and CRDs, then the watchers and workers."""
+        s = self.settings
         sims: dict[str, Child] = {}
         for context in self.contexts:
             sim_dir = self.state_dir / "clusters" / context
@@ -610,6 +631,20 @@ class Stack:
             _signal_group(child.process.pid, signal.SIGKILL)
         for pid in child.pids():  # what it started in sessions of their own (Kafka's JVM) dies with it
             _signal_pid(pid, signal.SIGKILL)
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP a child and everything it started (a sim's API server, scheduler and kubelet;
+        a control plane's etcd, kube-apiserver, controllers and node agent): connections to it
+        stay open and get no answer, as with a hung or partitioned cluster."""
+        child = self.child(name)
+        child.remember()
+        for pid in child.pids():
+            _signal_pid(pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT what ``pause`` stopped: the child goes on with the same state and port."""
+        for pid in self.child(name).pids():
+            _signal_pid(pid, signal.SIGCONT)
 
     async def restart(self, name: str, *, wait_ready: bool = True) -> None:
         """Start a killed or ended child again with the same arguments (a broker on the same port);
