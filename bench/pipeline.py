@@ -23,7 +23,10 @@ sim's ``creationTimestamp`` has one-second resolution, too coarse for ms):
 * ``api_writes_per_job`` — from the API servers' request logs over the run:
   create/update/patch/delete/deletecollection requests, minus this
   benchmark's own job creates (kto never creates jobs) and the watchers'
-  Lease renewals (periodic, not per job; reported apart), divided by jobs.
+  Lease renewals (periodic, not per job; reported apart) and Events, divided
+  by jobs; the goal is 2N+3 for an N-replica job.
+* ``event_writes_per_job`` — Event creates and patches (upstream's reasons,
+  combined per pass and counted on repeat), divided by jobs; the goal is N+3.
 * ``jobs_per_s`` — jobs Succeeded / (last Succeeded seen − first POST): end to
   end, pod run time included, and never above the submission rate.
 * ``materialized_jobs_per_s`` — jobs whose pods were all created / (the last
@@ -198,7 +201,8 @@ class Result:
                 else:
                     phase_to_status.append((seen - at) * 1000)
         elapsed = self.finished - self.started
-        total_writes = sum(self.writes.values())
+        event_writes = sum(n for what, n in self.writes.items() if what.split(" ")[1].split(".")[0] == "events")
+        total_writes = sum(self.writes.values()) - event_writes
         materialized = [max(j.pods_seen.values()) for j in self.jobs.values() if len(j.pods_seen) >= s.replicas]
         materializing = max(materialized) - self.started if materialized else 0.0
         return {
@@ -214,6 +218,8 @@ class Result:
             },
             "api_writes_per_job": round(total_writes / s.jobs, 2),
             "api_writes_goal_per_job": 2 * s.replicas + 3,
+            "event_writes_per_job": round(event_writes / s.jobs, 2),
+            "event_writes_goal_per_job": s.replicas + 3,
             "api_writes_by_kind": dict(sorted(self.writes.items())),
             "lease_writes": self.lease_writes,
         }

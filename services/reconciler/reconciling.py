@@ -23,6 +23,7 @@ from shared.api import common, elastic, jobs, mpijobs
 from shared import keygen
 from shared.bus import producing, records
 from shared.core import basis, conditions, deriving, reconciling, statuses, views
+from shared.core import events as child_events
 from shared.core.elastic import decisions as et_decisions
 from shared.core.elastic import reconciling as et
 from shared.core.elastic import scaling as et_scaling
@@ -77,6 +78,7 @@ class Reconciler:
         self._announced: dict[str, tuple[str | None, str, str]] = {}
         """Job key → (uid, reason, message) of the failure verdict this process published."""
         self._decided_on: dict[str, dict[str, Any]] = {}
+        self._events = recording.Recorder(settings.instance)
         self._warned: dict[str, set[tuple[str, str, str]]] = {}
         """Job key → (uid, reason, message) of the Warning Events this process recorded."""
         """Job key → the job as its last decision saw it: the old object an update is validated against."""
@@ -323,15 +325,15 @@ class Reconciler:
         if decision.plan_error is not None:
             await self._decide(key, view, "child_create_failed", reason="PlanError", message=decision.plan_error)
         await self._warn(client, job_key, job, decision.warnings, now)
-        await self._create_all(client, key, view, decision.creates)
+        await self._create_all(client, key, view, decision.creates, job)
         for manifest in decision.updates:
             await self._update(client, key, view, manifest)
         if decision.restarts is not None and not await self._count_restarts(client, key, view, decision.restarts):
             return
         for ref in decision.deletes:
-            await self._delete(client, key, view, ref)
+            await self._delete(client, key, view, ref, job)
         if decision.delete_job:
-            await self._delete_job(client, key, view)
+            await self._delete_job(client, key, view, job)
         self._arm_timer(job_key, self._next_look(job_key, decision.requeue_after))
 
     async def _reconcile_mpi_v2(self, key: records.JobKey, view: views.JobView) -> None:
@@ -479,8 +481,7 @@ class Reconciler:
                                            body={**view.job, "status": decision.status.dump()},
                                            route=f"{rt.plural}/status")
             view.replace_job(written)
-        for event in decision.events:
-            await recording.record(client, job, event, self._settings.instance, now)
+        await self._events.record(client, job, decision.events, now)
         for step in decision.steps:
             await self._decide(key, view, "elastic_step", child_name=step.subject, reason=step.kind,
                                message=step.detail)
@@ -518,7 +519,7 @@ class Reconciler:
             mark = (job.metadata.uid or "", event.reason, event.message)
             if mark not in seen:
                 seen.add(mark)
-                await recording.record(client, job, event, self._settings.instance, now)
+                await self._events.record(client, job, [event], now)
 
     async def _record_failure(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, verdict: statuses.Verdict,
@@ -576,7 +577,7 @@ class Reconciler:
 
     async def _create_all(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView,
-        manifests: list[dict[str, Any]],
+        manifests: list[dict[str, Any]], job: jobs.Job | None = None,
     ) -> None:
         """Decide, then act: every ``child_created`` decision is published first
         (write-ahead), with an id fixed by (job uid, child), so a worker that dies
@@ -585,7 +586,9 @@ class Reconciler:
         (MPI's ConfigMap, ServiceAccount, Role, RoleBinding) are created first, in
         plan order, since pods refer to them; pods and services then go out
         concurrently (``create_concurrency`` at a time). A retriable failure is
-        raised after the others are done, so the record is retried."""
+        raised after the others are done, so the record is retried. For a
+        kubeflow.org/v1 ``job``, upstream's Events say what was created (combined:
+        ``Created pod: a, b``) and what failed."""
         if not manifests:
             return
         job_uid = str(((view.job or {}).get("metadata") or {}).get("uid", ""))
@@ -599,41 +602,47 @@ class Reconciler:
         )
         first = [(rt, m) for rt, m in planned if rt.kind not in CONCURRENT_KINDS]
         rest = [(rt, m) for rt, m in planned if rt.kind in CONCURRENT_KINDS]
+        said: list[statuses.Event | None] = []
         for rt, manifest in first:
-            await self._create(client, key, view, rt, manifest)
+            said.append(await self._create(client, key, view, rt, manifest, job))
         slots = asyncio.Semaphore(self._settings.create_concurrency)
 
-        async def create(rt: resources.ResourceType, manifest: dict[str, Any]) -> None:
+        async def create(rt: resources.ResourceType, manifest: dict[str, Any]) -> statuses.Event | None:
             async with slots:
-                await self._create(client, key, view, rt, manifest)
+                return await self._create(client, key, view, rt, manifest, job)
 
         outcomes = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
+        said.extend(o for o in outcomes if not isinstance(o, BaseException))
+        if job is not None:
+            await self._events.record(client, job, [e for e in said if e is not None], _now())
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
 
     async def _create(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView,
-        rt: resources.ResourceType, manifest: dict[str, Any],
-    ) -> None:
+        rt: resources.ResourceType, manifest: dict[str, Any], job: jobs.Job | None,
+    ) -> statuses.Event | None:
+        """Create one child; the Event upstream records for it (None: none, or it existed)."""
         name = manifest["metadata"]["name"]
         try:
             created = await client.create(rt, key.namespace, manifest)
         except clients.ApiError as exc:
             if exc.already_exists:
                 view.observe_child({**manifest, "apiVersion": rt.api_version, "kind": rt.kind}, deleted=False)
-                return
+                return None
             if exc.retriable or exc.conflict:
                 raise
             await self._decide(
                 key, view, "child_create_failed", child_kind=rt.kind, child_name=name,
                 reason=exc.reason or "CreateFailed", message=exc.message,
             )
-            return
+            return None if job is None else child_events.create_failed(job.KIND, rt.kind, name, exc.message or str(exc))
         created.setdefault("apiVersion", rt.api_version)
         created.setdefault("kind", rt.kind)
         self._deleted.pop((str(key), (rt.kind, name)), None)
         view.observe_child(created, deleted=False)
+        return None if job is None else child_events.created(job.KIND, rt.kind, name)
 
     async def _update(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, manifest: dict[str, Any],
@@ -655,13 +664,20 @@ class Reconciler:
 
     async def _delete(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, ref: reconciling.ChildRef,
+        job: jobs.Job | None = None,
     ) -> None:
         rt = resources.for_manifest({"apiVersion": ref.api_version, "kind": ref.kind})
         try:
             await client.delete(rt, ref.namespace or key.namespace, ref.name, uid=ref.uid)
         except clients.ApiError as exc:
             if not exc.not_found:
+                failed = None if job is None else child_events.delete_failed(job.KIND, ref.kind, exc.message or str(exc))
+                if failed is not None and not (exc.conflict or exc.retriable):
+                    await self._events.record(client, job, [failed], _now())  # type: ignore[arg-type]
                 raise  # a conflict (another uid, or a stale view): settle reads afresh and decides again
+        else:
+            if job is not None:
+                await self._events.record(client, job, child_events.deleted(job.KIND, ref.kind, ref.name, key.name), _now())
         self._deleted[(str(key), (ref.kind, ref.name))] = (ref.uid, asyncio.get_running_loop().time())
         action = "replica_restarted" if ref.reason == "restart" else "child_deleted"
         await self._decide(key, view, action, child_kind=ref.kind, child_name=ref.name, reason=ref.reason)
@@ -698,13 +714,20 @@ class Reconciler:
         view.replace_job(patched)
         return True
 
-    async def _delete_job(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
+    async def _delete_job(
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, job: jobs.Job,
+    ) -> None:
         uid = ((view.job or {}).get("metadata") or {}).get("uid")
         try:
             await client.delete(resources.JOB_TYPES[key.kind], key.namespace, key.name, uid=uid)
         except clients.ApiError as exc:
             if not (exc.not_found or exc.conflict):
+                await self._events.record(client, job, [statuses.Event(
+                    "Warning", "FailedDeleteJob" if key.kind in child_events.TTL_JOB_REASON_KINDS else "FailedDeletePod",
+                    f"Error deleting: {exc.message or exc}")], _now())
                 raise
+        else:
+            await self._events.record(client, job, [child_events.ttl_deleted(key.kind, key.name)], _now())
         await self._decide(
             key, view, "job_deleted_ttl", reason="TTLExpired",
             message=f"Deleted job: {key.name}",

@@ -25,6 +25,7 @@ from shared.api import common, jobs, mpijobs
 from shared import metrics
 from shared.bus import producing, records
 from shared.core import basis, deriving, statuses, views
+from shared.core import events as child_events
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
 
@@ -65,6 +66,9 @@ class StatusAggregator:
         self._views: dict[str, views.JobView] = {}
         self._paces: dict[str, _Pace] = {}
         self._prepared: dict[int, deriving.Prepared] = {}
+        self._events = recording.Recorder(settings.instance)
+        self._said: dict[str, set[tuple[str, ...]]] = {}
+        """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
         """id(view) → its job prepared for computing (see ``_prepare``)."""
 
     def accepts(self, type_tag: str) -> bool:
@@ -130,6 +134,8 @@ class StatusAggregator:
         if view.job is None:
             self.forget({job_key})
             return None
+        if self._settings.record_events:
+            await self._pod_events(client, job_key, view)
         pace = self._paces[job_key]
         due = (pace.last_write if pace.last_write is not None else pace.first_seen) + self._settings.write_interval
         wait = due - self._clock()
@@ -153,10 +159,30 @@ class StatusAggregator:
             pace.last_write = self._clock()
         return None
 
+    async def _pod_events(self, client: clients.KubeClient, job_key: str, view: views.JobView) -> None:
+        """``ExitedWithCode`` and the abnormal-pod warnings (spec §9.2) of a kubeflow.org/v1
+        job's pods, each once per pod incarnation and restart (upstream repeats them on
+        every reconcile), combined into one Event per reason."""
+        assert view.job is not None
+        if mpijobs.is_v2beta1(view.job):
+            return
+        prepared = self._prepare(view)
+        if prepared is None:
+            return
+        job = prepared.job
+        pods = [p for p in view.children.values() if p.get("kind", "Pod") == "Pod"]
+        said = self._said.setdefault(job_key, set())
+        new = [(mark, event) for mark, event in child_events.pod_events(pods, job.DEFAULT_CONTAINER) if mark not in said]
+        if not new:
+            return
+        said.update(mark for mark, _ in new)
+        await self._events.record(client, job, [event for _, event in new], _now())
+
     def forget(self, job_keys: set[str]) -> None:
         """Drop what is kept for keys that are gone or whose partitions went to
         another worker (hydrated afresh if they come back)."""
         for job_key in job_keys:
+            self._said.pop(job_key, None)
             view = self._views.pop(job_key, None)
             self._paces.pop(job_key, None)
             if view is not None:
@@ -244,16 +270,11 @@ class StatusAggregator:
         )
         if not self._settings.record_events:
             return
-        for event in outcome.events:
-            await self._record_event(client, job, event)
+        await self._events.record(client, job, outcome.events, _now())
 
     def close(self) -> None:
         """Nothing to release: held-back writes are flushed by the consumer on stop."""
 
-    async def _record_event(
-        self, client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob, event: statuses.Event,
-    ) -> None:
-        await recording.record(client, job, event, self._settings.instance, _now())
 
 
 STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})

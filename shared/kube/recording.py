@@ -1,16 +1,26 @@
-"""Kubernetes Events about a job, recorded best effort as client-go's recorder does.
+"""Kubernetes Events about a job, recorded best effort and aggregated as client-go's recorder does.
 
-In: a job, an :class:`~shared.core.statuses.Event` (type, reason, message), the
-instance that reports it and the time. Out: one ``v1`` Event created in the
-job's namespace (``involvedObject`` the job, ``source.component`` its upstream
-controller name), or a warning in the log when the API server refuses it:
-a lost Event never blocks a reconcile or a status write.
+In: a job, :class:`~shared.core.statuses.Event` values (type, reason, message), the
+instance that reports them and the time. Out: ``v1`` Events in the job's namespace
+(``involvedObject`` the job, ``source.component`` its upstream controller name), or a
+warning in the log when the API server refuses one: a lost Event never blocks a
+reconcile or a status write.
+
+Aggregated so a normal run stays within its write budget:
+
+* events of one call with the same type and reason are one Event, their messages
+  joined (``Created pod: a, b``): client-go's aggregator combines similar events too;
+* an Event this process already recorded (same job uid, type, reason and message) is
+  not created again: its ``count`` and ``lastTimestamp`` are patched, as client-go's
+  correlator does for a repeated event (the Events API's series).
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from shared.api import common, elastic, jobs, mpijobs
@@ -19,8 +29,15 @@ from shared.kube import clients, resources
 
 log = logging.getLogger("kto.kube.events")
 
+Regarding = jobs.Job | mpijobs.MPIJob | elastic.TrainingJob
 
-def event_body(job: jobs.Job | mpijobs.MPIJob | elastic.TrainingJob, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
+MAX_MESSAGE = 1024
+"""Longest Event message written (the API server's limit is larger; kubectl shows one line)."""
+REMEMBERED = 4096
+"""Events a recorder remembers for counting repeats (the oldest are forgotten first)."""
+
+
+def event_body(job: Regarding, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
     at = common.format_time(now)
     return {
         "apiVersion": "v1",
@@ -43,11 +60,68 @@ def event_body(job: jobs.Job | mpijobs.MPIJob | elastic.TrainingJob, event: stat
     }
 
 
-async def record(
-    client: clients.KubeClient, job: jobs.Job | mpijobs.MPIJob | elastic.TrainingJob, event: statuses.Event, instance: str,
-    now: dt.datetime,
-) -> None:
-    try:
-        await client.create(resources.EVENTS, job.namespace, event_body(job, event, instance, now))
-    except clients.ApiError as exc:
-        log.warning("event %s for %s/%s not recorded: %s", event.reason, job.namespace, job.name, exc)
+def combined(events: Sequence[statuses.Event]) -> list[statuses.Event]:
+    """``events`` with those of the same type and reason made one, in first-seen order:
+    ``Created pod: a`` and ``Created pod: b`` → ``Created pod: a, b`` (messages naming one
+    object after a common prefix); other messages are joined with ``; ``; a repeated
+    message is kept once."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for event in events:
+        messages = groups.setdefault((event.type, event.reason), [])
+        if event.message not in messages:
+            messages.append(event.message)
+    result = []
+    for (type_, reason), messages in groups.items():
+        prefixes = {m.partition(": ")[0] for m in messages}
+        names = [m.partition(": ")[2] for m in messages]
+        if len(messages) > 1 and len(prefixes) == 1 and all(": " in m and " " not in n for m, n in zip(messages, names)):
+            prefix = next(iter(prefixes))
+            message = f"{prefix}: " + ", ".join(names)
+        else:
+            message = "; ".join(messages)
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE - 1] + "…"
+        result.append(statuses.Event(type_, reason, message))  # type: ignore[arg-type]
+    return result
+
+
+class Recorder:
+    """One process's Events: combined per call, repeats counted (see the module)."""
+
+    def __init__(self, instance: str) -> None:
+        self._instance = instance
+        self._recorded: collections.OrderedDict[tuple[str, ...], tuple[str, int]] = collections.OrderedDict()
+        """(namespace, job uid, type, reason, message) → (Event name, count)."""
+
+    async def record(
+        self, client: clients.KubeClient, job: Regarding, events: Sequence[statuses.Event], now: dt.datetime,
+    ) -> None:
+        for event in combined(events):
+            await self._one(client, job, event, now)
+
+    async def _one(self, client: clients.KubeClient, job: Regarding, event: statuses.Event, now: dt.datetime) -> None:
+        key = (job.namespace, job.metadata.uid or job.name, event.type, event.reason, event.message)
+        known = self._recorded.get(key)
+        try:
+            if known is not None:
+                name, count = known
+                try:
+                    await client.patch(resources.EVENTS, job.namespace, name,
+                                       {"count": count + 1, "lastTimestamp": common.format_time(now)})
+                    self._remember(key, name, count + 1)
+                    return
+                except clients.ApiError as exc:
+                    if not exc.not_found:
+                        raise
+                    # Expired (Events live an hour by default): a new one.
+            created = await client.create(resources.EVENTS, job.namespace,
+                                          event_body(job, event, self._instance, now))
+            self._remember(key, str((created.get("metadata") or {}).get("name", "")), 1)
+        except clients.ApiError as exc:
+            log.warning("event %s for %s/%s not recorded: %s", event.reason, job.namespace, job.name, exc)
+
+    def _remember(self, key: tuple[str, ...], name: str, count: int) -> None:
+        self._recorded[key] = (name, count)
+        self._recorded.move_to_end(key)
+        while len(self._recorded) > REMEMBERED:
+            self._recorded.popitem(last=False)
