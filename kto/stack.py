@@ -56,6 +56,7 @@ CRD_DIR = REPO_ROOT / "deploy" / "crds"
 
 CONTROL_PLANES = ("sim", "kube")
 BROKERS = ("tansu", "kafka")
+RUNTIMES = ("simulated", "process")
 
 CONTEXT_PREFIX = "kto-"
 """Cluster i (from 1) is context, cluster and user ``kto-i`` in the merged kubeconfig."""
@@ -102,6 +103,10 @@ class StackSettings:
     pod_duration: float = 2.0
     """Seconds a simulated pod runs unless its ``sim.kto.dev/duration`` annotation says otherwise."""
 
+    runtime: str = "simulated"
+    """How the clusters' nodes run pods: ``simulated`` or ``process`` (pods whose containers all have a
+    command run as local processes, docs/sandbox.md); scratch dirs in ``<state-dir>/clusters/<ctx>/pods``."""
+
     control_plane: str = "sim"
     """``sim`` (``kto sim``, in one Python process) or ``kube`` (``kto control-plane``: real
     etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kto's node agent)."""
@@ -135,6 +140,8 @@ class StackSettings:
             raise StackError(f"control plane {self.control_plane!r} is not one of {', '.join(CONTROL_PLANES)}")
         if self.broker not in BROKERS:
             raise StackError(f"broker {self.broker!r} is not one of {', '.join(BROKERS)}")
+        if self.runtime not in RUNTIMES:
+            raise StackError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
         if self.control_plane == "kube" and self.fault_spec:
             raise StackError("API latency and faults are injected by the sim only: use --control-plane sim")
 
@@ -161,13 +168,14 @@ class StackSettings:
 def cluster_argv(settings: StackSettings, directory: pathlib.Path, context: str) -> list[str]:
     """The ``kto`` arguments of one cluster of the settings' control plane; its state in ``directory``.
     It prints ``ready <url> <kubeconfig>``."""
+    runtime = ["--runtime", settings.runtime, "--pods-dir", str(directory / "pods")]
     if settings.control_plane == "kube":
         return ["control-plane", "--state-dir", str(directory), "--context", context, "--crds", str(CRD_DIR),
                 "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node),
-                "--pod-duration", f"{settings.pod_duration:g}", "--restart-dead-parts"]
+                "--pod-duration", f"{settings.pod_duration:g}", *runtime, "--restart-dead-parts"]
     argv = ["sim", "--port", "0", "--kubeconfig", str(directory / "kubeconfig"),
             "--nodes", str(settings.nodes), "--gpus-per-node", str(settings.gpus_per_node),
-            "--pod-duration", f"{settings.pod_duration:g}"]
+            "--pod-duration", f"{settings.pod_duration:g}", *runtime]
     if settings.fault_spec:
         argv += ["--faults", settings.fault_spec]
     return argv

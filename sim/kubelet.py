@@ -50,12 +50,17 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import os
+import pathlib
 import re
+import shutil
+import signal
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from sim import errors, execing, listwatching, nodes, shelling
+from sim import errors, execing, listwatching, nodes, processes, shelling
 from sim import settings as sim_settings
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,9 @@ LOGGED_ENV_PREFIXES = ("PET_", "JAX_", "OMPI_", "PMIX_")
 """Environment variables a pod's log summarises (literal values only)."""
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+CONFIG_RETRY = 1.0
+"""Seconds before a process container whose env cannot be made (CreateContainerConfigError) is tried again."""
 
 
 # --------------------------------------------------------------------------
@@ -231,6 +239,8 @@ class _Run:
     """The init containers' commands are running (sim/execing.py)."""
     transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     """Condition type → (status, lastTransitionTime) as last written."""
+    sandbox: processes.Pod | None = None
+    """Set when the pod's containers run as local processes (sim/processes.py)."""
 
     def transition(self, kind: str, status: str, clock: str) -> str:
         """lastTransitionTime of a condition: kept while its status stays."""
@@ -261,7 +271,8 @@ class _Run:
             status["podIPs"] = [{"ip": self.pod_ip}]
         if self.start_time:
             status["startTime"] = self.start_time
-        running = self.stage == "running"
+        running = self.stage == "running" if self.sandbox is None else (
+            self.stage == "running" and self.sandbox.all_running())
         initialized = self.init_done_at is not None or not init_containers
         ready_reason = None
         if self.stage == "terminated":
@@ -308,7 +319,10 @@ class _Run:
         status["conditions"] = conditions
         if init_containers:
             status["initContainerStatuses"] = [self._init_status(i, c) for i, c in enumerate(init_containers)]
-        status["containerStatuses"] = [self._container_status(c) for c in containers]
+        if self.sandbox is not None:
+            status["containerStatuses"] = [c.status(self.uid) for c in self.sandbox.containers]
+        else:
+            status["containerStatuses"] = [self._container_status(c) for c in containers]
         return status
 
     def _init_status(self, index: int, container: Mapping[str, Any]) -> dict[str, Any]:
@@ -438,6 +452,14 @@ class Kubelet:
         self.filesystems = execing.Filesystems(store)
         """The files of the pods that are exec'd or run init commands (sim/execing.py)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._node_runtime: dict[str, str] = {}
+        """Node → its ``sim.kto.dev/runtime`` label as last seen."""
+        self._services: dict[str, set[str]] = {}
+        """Namespace → its Services' names (the process pods' hosts files)."""
+        self._subdomain_hosts: dict[str, dict[str, tuple[str, str]]] = {}
+        """Namespace → pod name → (hostname, subdomain) of its pods that have a subdomain."""
+        self._own_pods_dir: str | None = None
+        self._machine_hosts = processes.machine_hosts()
 
     # -- public --------------------------------------------------------
 
@@ -445,18 +467,59 @@ class Kubelet:
         """Register the nodes, then run the pods bound to them until cancelled."""
         self._loop = asyncio.get_running_loop()
         await self._register_nodes()
-        informer = listwatching.Informer(self._store, "pods", self._on_pod, name="sim-kubelet-pods")
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(informer.run(), name=informer.name)
-            for index in range(WRITERS):
-                tasks.create_task(self._write_forever(), name=f"sim-kubelet-writer-{index}")
+        informers = [
+            listwatching.Informer(self._store, "nodes", self._on_node, name="sim-kubelet-nodes"),
+            listwatching.Informer(self._store, "services", self._on_service, name="sim-kubelet-services"),
+            listwatching.Informer(self._store, "pods", self._on_pod, name="sim-kubelet-pods"),
+        ]
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for informer in informers:
+                    tasks.create_task(informer.run(), name=informer.name)
+                for index in range(WRITERS):
+                    tasks.create_task(self._write_forever(), name=f"sim-kubelet-writer-{index}")
+        finally:
+            await asyncio.shield(self._stop_all_processes())
 
-    def logs(self, namespace: str, name: str) -> str:
-        """The log of a pod the kubelet runs or ran (one line per event); "" for a pod not started here."""
+    def logs(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> str:
+        """The log of a pod the kubelet runs or ran: a simulated pod's lifecycle lines, a process
+        container's output; "" for a pod not started here."""
+        return self.read_log(namespace, name, container, previous).decode(errors="replace")
+
+    def read_log(self, namespace: str, name: str, container: str | None = None, previous: bool = False,
+                 offset: int = 0) -> bytes:
+        """The log from byte ``offset`` on. A simulated pod has one log for all its containers (``previous``
+        changes nothing); a process container has one per run, ``previous`` the one before the latest
+        (400 when it has none, as the kubelet answers)."""
         run = self._runs.get((namespace, name))
         if run is None:
-            return ""
-        return "".join(line + "\n" for line in run.logs)
+            return b""
+        if run.sandbox is None:
+            return "".join(line + "\n" for line in run.logs).encode()[offset:]
+        state = run.sandbox.container(container)
+        if state is None:
+            return b""
+        index = state.log_index - 1 if previous else state.log_index
+        if index < 0:
+            if previous:
+                raise errors.bad_request(
+                    f'previous terminated container "{state.name}" in pod "{name}" not found')
+            return b""
+        try:
+            with run.sandbox.dir.log(state.name, index).open("rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""
+
+    def process_exited(self, namespace: str, name: str, container: str | None = None) -> bool:
+        """True when the container runs as a process and the run whose log is read has ended (a follow
+        of its log ends there, as ``kubectl logs -f`` does); False for simulated pods."""
+        run = self._runs.get((namespace, name))
+        if run is None or run.sandbox is None:
+            return False
+        state = run.sandbox.container(container)
+        return state is None or (state.log_index >= 0 and state.state != "running")
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as this kubelet last saw it, if it runs (or ran) here."""
@@ -555,6 +618,14 @@ class Kubelet:
             except errors.ApiError as exc:
                 if exc.code != 409:
                     raise
+                # Registered before (an earlier agent on a kept control plane): take this agent's runtime.
+                existing = await self._store.get("nodes", None, node["metadata"]["name"])
+                labels = (existing.get("metadata") or {}).get("labels") or {}
+                if labels.get(nodes.RUNTIME_LABEL) != self._settings.runtime:
+                    await self._update_node(node["metadata"]["name"], self._label_runtime, clock)
+
+    def _label_runtime(self, node: dict[str, Any], clock: str) -> None:
+        node.setdefault("metadata", {}).setdefault("labels", {})[nodes.RUNTIME_LABEL] = self._settings.runtime
 
     @staticmethod
     def _node_down(node: dict[str, Any], clock: str) -> None:
@@ -609,9 +680,48 @@ class Kubelet:
 
     # -- watch ---------------------------------------------------------
 
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        metadata = node.get("metadata") or {}
+        name = metadata.get("name") or ""
+        if kind == "DELETED":
+            self._node_runtime.pop(name, None)
+            return
+        label = (metadata.get("labels") or {}).get(nodes.RUNTIME_LABEL)
+        if label in processes.RUNTIMES:
+            self._node_runtime[name] = label
+        else:
+            self._node_runtime.pop(name, None)
+
+    def _on_service(self, kind: str, service: dict[str, Any]) -> None:
+        metadata = service.get("metadata") or {}
+        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+        names = self._services.setdefault(namespace, set())
+        before = len(names)
+        if kind == "DELETED":
+            names.discard(name)
+        else:
+            names.add(name)
+        if len(names) != before:
+            self._refresh_hosts(namespace)
+
+    def _track_subdomain(self, kind: str, key: Key, pod: dict[str, Any]) -> None:
+        """Keep the ``hostname.subdomain`` names of the namespace's pods (for process pods' hosts files)."""
+        spec = pod.get("spec") or {}
+        hosts = self._subdomain_hosts.get(key[0])
+        entry = (processes.hostname(pod), str(spec["subdomain"])) if spec.get("subdomain") else None
+        if kind == "DELETED" or entry is None:
+            if hosts is not None and hosts.pop(key[1], None) is not None:
+                self._refresh_hosts(key[0])
+            return
+        hosts = self._subdomain_hosts.setdefault(key[0], {})
+        if hosts.get(key[1]) != entry:
+            hosts[key[1]] = entry
+            self._refresh_hosts(key[0])
+
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
         key = (metadata.get("namespace") or "", metadata.get("name") or "")
+        self._track_subdomain(kind, key, pod)
         run = self._runs.get(key)
         if kind == "DELETED":
             if run is not None:
@@ -650,6 +760,11 @@ class Kubelet:
         if node in self._failed_nodes:
             self._lose(run, clock)
             return run
+        if self._node_runtime.get(node, self._settings.runtime) == processes.PROCESS:
+            why = processes.unrunnable(pod)
+            if why is None:
+                return self._start_process_run(run, clock)
+            run.logs.append(f"sim: node {node} runs processes, but {why}: simulated")
         if behaviour is None:
             message = f"invalid sim annotation: {self._invalid_reason(pod)}"
             self._terminate(run, 128, "StartError", clock, phase="Failed", reason="StartError", message=message)
@@ -674,6 +789,8 @@ class Kubelet:
     def _forget(self, run: _Run) -> None:
         self._cancel(run)
         self._runs.pop(run.key, None)
+        if run.sandbox is not None:
+            self._discard_processes(run.sandbox)
         self.filesystems.forget(run.key)
         if run.pod_ip:
             self._ips_used.discard(run.pod_ip)
@@ -709,6 +826,9 @@ class Kubelet:
                 task = loop.create_task(self._initialise(run), name=f"sim-kubelet-init-{run.key[0]}-{run.key[1]}")
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            return
+        if run.sandbox is not None:
+            self._start_processes(run)
             return
         clock = timestamp(time.time())
         behaviour = run.behaviour
@@ -807,6 +927,8 @@ class Kubelet:
         exit_message: str | None = None,
     ) -> None:
         self._cancel(run)
+        if run.sandbox is not None:
+            self._end_processes(run.sandbox, code, exit_reason, exit_message, clock)
         run.stage, run.phase = "terminated", phase
         run.exit_code, run.exit_reason, run.exit_message = code, exit_reason, exit_message
         run.finished_at = clock
@@ -845,6 +967,11 @@ class Kubelet:
         grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
         if grace is None:
             grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        if run.sandbox is not None:
+            self._cancel(run)
+            self._spawn(run, self._stop_deleted_processes(run, min(float(grace or 0), processes.MAX_GRACE)),
+                        "stop")
+            return
         delay = min(float(grace or 0), MAX_TERMINATION_GRACE)
         self._after(run, delay, self._stop_deleted)
 
@@ -855,6 +982,231 @@ class Kubelet:
         code = 143 if started else 0
         phase = "Succeeded" if run.phase == "Succeeded" else "Failed"
         self._terminate(run, code, "Error" if code else "Completed", clock, phase=phase)
+
+    # -- the process runtime (sim/processes.py) -------------------------
+
+    def _pods_root(self) -> pathlib.Path:
+        if self._settings.pods_dir is not None:
+            return self._settings.pods_dir
+        if self._own_pods_dir is None:
+            self._own_pods_dir = tempfile.mkdtemp(prefix="kto-pods-")
+        return pathlib.Path(self._own_pods_dir)
+
+    def _start_process_run(self, run: _Run, clock: str) -> _Run:
+        """A pod of a process node whose containers all have a command: run them here."""
+        namespace, name = run.key
+        containers = [processes.Container(str(c.get("name", "")), str(c.get("image", "")))
+                      for c in (run.pod.get("spec") or {}).get("containers") or []]
+        run.sandbox = processes.Pod(processes.PodDir(self._pods_root(), namespace, name, run.uid), containers)
+        run.host_ip = run.pod_ip = processes.POD_IP
+        run.start_time = clock
+        if (run.pod.get("status") or {}).get("phase") == "Running":
+            # Running before this kubelet started: its processes went with the last one.
+            message = "The container could not be located when the node agent restarted"
+            if (run.pod.get("spec") or {}).get("restartPolicy") == "Never":
+                self._terminate(run, 137, "ContainerStatusUnknown", clock, phase="Failed", reason="Error",
+                                message=message, exit_message=message)
+                return run
+            for container in containers:
+                container.restart_count = 1
+        run.logs.append(f"sim: pod {namespace}/{name} scheduled to {run.node} (process runtime)")
+        self._mark(run)
+        self._after(run, self._settings.startup_delay, self._start_containers)
+        return run
+
+    def _start_processes(self, run: _Run) -> None:
+        assert run.sandbox is not None
+        clock = timestamp(time.time())
+        if (run.pod.get("spec") or {}).get("initContainers") and run.init_done_at is None:
+            run.init_done_at = clock
+        run.stage = "running"
+        self._mark(run)
+        for container in run.sandbox.containers:
+            self._spawn(run, self._run_container(run, container), container.name)
+
+    def _spawn(self, run: _Run, work: Any, what: str) -> None:
+        assert run.sandbox is not None
+        loop = self._loop or asyncio.get_running_loop()
+        task: asyncio.Task[None] = loop.create_task(work, name=f"sim-kubelet-process-{run.key[0]}-{run.key[1]}-{what}")
+        run.sandbox.tasks.add(task)
+        self._tasks.add(task)
+        task.add_done_callback(run.sandbox.tasks.discard)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._report_crash)
+
+    @staticmethod
+    def _report_crash(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sim kubelet: %s failed", task.get_name(), exc_info=task.exception())
+
+    def _current(self, run: _Run) -> bool:
+        return self._runs.get(run.key) is run and run.stage != "terminated"
+
+    async def _run_container(self, run: _Run, container: processes.Container) -> None:
+        """One container's life: start, wait for the exit, restart per restartPolicy with back-off."""
+        spec = next(c for c in run.pod["spec"]["containers"] if c.get("name", "") == container.name)
+        policy = (run.pod.get("spec") or {}).get("restartPolicy") or "Always"
+        while self._current(run) and not run.remove:
+            container.log_index = container.restart_count
+            container.attempts += 1
+            try:
+                process = await self._launch(run, spec, container)
+            except processes.StartFailure as failure:
+                if not self._current(run):
+                    return
+                if failure.reason != "StartError":
+                    container.state, container.reason, container.message = "waiting", failure.reason, failure.message
+                    container.attempts -= 1
+                    self._mark(run)
+                    await asyncio.sleep(CONFIG_RETRY)
+                    continue
+                container.state, container.reason, container.message = "terminated", failure.reason, failure.message
+                container.exit_code, container.started_at = processes.START_ERROR_CODE, None
+            else:
+                container.process = process
+                container.state, container.reason, container.message = "running", "", None
+                container.started_at = timestamp(time.time())
+                run.phase = "Running"
+                self._mark(run)
+                returncode = await process.wait()
+                container.process = None
+                code = processes.exit_code(returncode)
+                container.state, container.exit_code, container.message = "terminated", code, None
+                container.reason = termination_reason(code)
+            container.finished_at = timestamp(time.time())
+            if not self._current(run):
+                return
+            code = container.exit_code or 0
+            if run.remove or after_exit(policy, code) != "restart":
+                container.done = True
+                self._mark(run)
+                self._settle_processes(run)
+                return
+            container.last_terminated = dict(container.terminated(), containerID=processes.container_id(
+                run.uid, container.name, container.attempts - 1))
+            container.restart_count += 1
+            delay = processes.backoff(container.restart_count, self._settings.crash_backoff)
+            container.state, container.reason = "waiting", "CrashLoopBackOff"
+            container.message = (f"back-off {delay:g}s restarting failed container={container.name} "
+                                 f"pod={run.key[1]}_{run.key[0]}({run.uid})")
+            if run.phase == "Pending":
+                run.phase = "Running"
+            self._mark(run)
+            await asyncio.sleep(delay)
+
+    async def _launch(self, run: _Run, spec: dict[str, Any], container: processes.Container) -> Any:
+        """Resolve the container's env, command and directory, write the hosts file, start the process."""
+        assert run.sandbox is not None
+        directory = run.sandbox.dir
+        try:
+            await directory.prepare()
+            allocatable = {"cpu": self._settings.cpu_per_node, "memory": self._settings.memory_per_node,
+                           "ephemeral-storage": "1Ti"}
+
+            async def lookup(kind: str, namespace: str, name: str) -> dict[str, str] | None:
+                try:
+                    return await processes.lookup_in(self._store, kind, namespace, name)
+                except errors.ApiError as exc:
+                    raise processes.StartFailure("CreateContainerConfigError", f"reading {kind} {name}: {exc}")
+
+            env = await processes.container_env(run.pod, spec, directory.base_env(run.pod), pod_ip=processes.POD_IP,
+                                                host_ip=processes.POD_IP, allocatable=allocatable, lookup=lookup)
+            argv = processes.argv_of(spec, env)
+            cwd = pathlib.Path(spec["workingDir"]) if spec.get("workingDir") else directory.work
+            if not cwd.is_dir():
+                raise processes.StartFailure(
+                    "StartError", f'chdir to cwd ("{cwd}") set in config.json failed: no such file or directory')
+            executable = processes.find_executable(argv[0], env.get("PATH", os.defpath), cwd)
+            self._write_hosts(run)
+            return await processes.launch(argv, executable, env, cwd, directory.hosts,
+                                          directory.log(container.name, container.log_index))
+        except OSError as exc:
+            raise processes.StartFailure("StartError", f"starting container {container.name}: {exc}") from exc
+
+    def _settle_processes(self, run: _Run) -> None:
+        """Once every container is done for good: the pod's phase, from their exit codes."""
+        assert run.sandbox is not None
+        if not run.sandbox.settled() or not self._current(run):
+            return
+        clock = timestamp(time.time())
+        failed = [c for c in run.sandbox.containers if (c.exit_code or 0) != 0]
+        if not failed:
+            self._terminate(run, 0, "Completed", clock, phase="Succeeded")
+            return
+        first = failed[0]
+        if first.reason == "StartError":
+            self._terminate(run, first.exit_code or 0, first.reason, clock, phase="Failed", reason="StartError",
+                            message=f"container {first.name}: {first.message}")
+            return
+        names = ", ".join(c.name for c in failed)
+        self._terminate(run, first.exit_code or 0, "Error", clock, phase="Failed", reason="Error",
+                        message=f"container(s) {names} exited with code {first.exit_code}")
+
+    def _end_processes(self, sandbox: processes.Pod, code: int, reason: str, message: str | None,
+                       clock: str) -> None:
+        """The pod ends from outside (eviction, a lost node): its containers still going end with it."""
+        for container in sandbox.containers:
+            processes.signal_tree(container.process, signal.SIGKILL)
+            if container.done:
+                continue
+            container.done = True
+            if container.state != "terminated":
+                container.state, container.exit_code, container.reason = "terminated", code, reason
+                container.message, container.finished_at = message, clock
+
+    async def _stop_deleted_processes(self, run: _Run, grace: float) -> None:
+        """A deleted process pod: SIGTERM, the grace period, SIGKILL; then its final status is written."""
+        assert run.sandbox is not None
+        await processes.stop(run.sandbox.processes, grace)
+        await asyncio.sleep(0)  # let the containers' own tasks record their exits first
+        clock = timestamp(time.time())
+        for container in run.sandbox.containers:
+            if not container.done and container.process is None:
+                container.done = True
+                if container.state != "terminated":
+                    container.state, container.exit_code, container.reason = "terminated", 0, "Completed"
+                    container.finished_at = clock
+        self._settle_processes(run)
+
+    def _discard_processes(self, sandbox: processes.Pod) -> None:
+        """A pod gone from the API: kill what still runs, drop its tasks and directory."""
+        for container in sandbox.containers:
+            processes.signal_tree(container.process, signal.SIGKILL)
+        for task in list(sandbox.tasks):
+            task.cancel()
+
+        async def remove() -> None:
+            await processes.stop(sandbox.processes, 0)
+            await asyncio.to_thread(sandbox.dir.remove)
+
+        loop = self._loop or asyncio.get_running_loop()
+        task = loop.create_task(remove(), name=f"sim-kubelet-remove-{sandbox.dir.path.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _write_hosts(self, run: _Run) -> None:
+        assert run.sandbox is not None
+        namespace = run.key[0]
+        names = processes.cluster_names(namespace, self._services.get(namespace, ()),
+                                        self._subdomain_hosts.get(namespace, {}).values())
+        run.sandbox.dir.write_hosts(processes.hosts_text(self._machine_hosts, run.pod, names))
+
+    def _refresh_hosts(self, namespace: str) -> None:
+        """The namespace's names changed: rewrite the hosts files of its running process pods."""
+        for run in self._runs.values():
+            if run.key[0] == namespace and run.sandbox is not None and run.stage == "running":
+                try:
+                    self._write_hosts(run)
+                except OSError as exc:
+                    log.warning("sim kubelet: pod %s/%s: writing its hosts file failed: %s", *run.key, exc)
+
+    async def _stop_all_processes(self) -> None:
+        """The kubelet stops: every process pod's processes are stopped (SIGTERM, 2 s, SIGKILL)."""
+        running = [p for run in self._runs.values() if run.sandbox is not None for p in run.sandbox.processes]
+        await processes.stop(running, 2.0)
+        if self._own_pods_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, self._own_pods_dir, True)
+            self._own_pods_dir = None
 
     def _allocate_ip(self, node: str) -> str:
         index = nodes.node_index(node) or 0

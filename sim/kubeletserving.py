@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sim import execing
+from sim import errors, execing
 
 log = logging.getLogger(__name__)
 
@@ -125,23 +125,30 @@ class KubeletServer:
         if container not in [c.get("name") for key in ("initContainers", "containers") for c in spec.get(key) or []]:
             return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"\n')
         tail = request.query.get("tailLines")
-        text = self.kubelet.logs(namespace, name)
+        previous = request.query.get("previous") in ("true", "1")
+        try:
+            text = self.kubelet.read_log(namespace, name, container, previous)
+        except errors.ApiError as exc:
+            return web.Response(status=exc.code, text=exc.message + "\n")
         if tail is not None and tail.isdigit():
             lines = text.splitlines(keepends=True)
-            text = "".join(lines[-int(tail):]) if int(tail) else ""
-        if request.query.get("follow") not in ("true", "1"):
-            return web.Response(text=text, content_type="text/plain")
+            text = b"".join(lines[-int(tail):]) if int(tail) else b""
+        if request.query.get("follow") not in ("true", "1") or previous:
+            return web.Response(body=text, content_type="text/plain")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
-        await response.write(text.encode())
-        sent = len(self.kubelet.logs(namespace, name))
+        await response.write(text)
+        sent = len(self.kubelet.read_log(namespace, name, container))
         try:
             while True:
-                current = self.kubelet.logs(namespace, name)
-                if len(current) > sent:
-                    await response.write(current[sent:].encode())
-                    sent = len(current)
-                if self.kubelet.finished(namespace, name):
+                chunk = self.kubelet.read_log(namespace, name, container, offset=sent)
+                if chunk:
+                    await response.write(chunk)
+                    sent += len(chunk)
+                if self.kubelet.finished(namespace, name) or self.kubelet.process_exited(namespace, name, container):
+                    chunk = self.kubelet.read_log(namespace, name, container, offset=sent)
+                    if chunk:
+                        await response.write(chunk)
                     break
                 await asyncio.sleep(LOG_POLL)
         except (ConnectionResetError, ConnectionError):

@@ -8,7 +8,9 @@ default pod duration). Out: nodes ``sim-node-<i>`` registered with
 leaves them alone), and the pods the scheduler binds to them run exactly as
 in sim/ (sim/kubelet.py): running for ``sim.kto.dev/duration``, exiting with
 ``sim.kto.dev/exit-code``, failing ``sim.kto.dev/fail-times`` times, and
-removed once deleted. One test suite thus drives both tiers.
+removed once deleted — or, on nodes labelled ``sim.kto.dev/runtime: process``
+(``SimSettings.runtime``), as real local processes (sim/processes.py). One test
+suite thus drives both tiers.
 
 The kubelet logic talks to a store; :class:`RemoteStore` is that store over
 HTTP, with the API server's errors turned into the sim's. The agent also
@@ -27,7 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from shared.kube import clients
-from shared.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, ResourceType
+from shared.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, SERVICES, ResourceType
 from sim import errors, kubelet, kubeletserving, nodes, store
 from sim import settings as sim_settings
 
@@ -39,7 +41,8 @@ LEASE_SECONDS = 40
 RENEW_EVERY = 10.0
 """Seconds between Lease renewals (the kubelet's default; the node lifecycle controller waits 50 s)."""
 
-_TYPES: dict[str, ResourceType] = {"pods": PODS, "nodes": NODES, "configmaps": CONFIGMAPS, "secrets": SECRETS}
+_TYPES: dict[str, ResourceType] = {"pods": PODS, "nodes": NODES, "configmaps": CONFIGMAPS, "secrets": SECRETS,
+                                   "services": SERVICES}
 
 
 def _sim_error(exc: clients.ApiError) -> errors.ApiError:

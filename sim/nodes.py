@@ -18,6 +18,9 @@ NODE_PREFIX = "sim-node-"
 MAX_PODS = 110
 """Pods per node, the kubelet default."""
 
+RUNTIME_LABEL = "sim.kto.dev/runtime"
+"""How the node runs its pods: ``simulated`` or ``process`` (sim/processes.py); from ``SimSettings.runtime``."""
+
 GPU = "nvidia.com/gpu"
 """The extended resource the simulated GPUs are offered as."""
 
@@ -52,6 +55,7 @@ def make_node(settings: sim_settings.SimSettings, index: int, now: str) -> dict[
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "node.kubernetes.io/instance-type": "sim",
+                RUNTIME_LABEL: settings.runtime,
             },
             "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
         },

@@ -614,34 +614,37 @@ class Server:
                 f"a container name must be specified for pod {route.name}, choose one of: [{' '.join(map(str, names))}]"
             )
         tail = _int_param(query, "tailLines")
+        previous = query.get("previous") in ("true", "1")
 
-        def text() -> str:
+        def text(offset: int = 0) -> bytes:
             if self.kubelet is None:
-                return ""
-            return str(self.kubelet.logs(route.namespace, route.name))
+                return b""
+            return bytes(self.kubelet.read_log(route.namespace, route.name, container or None, previous, offset))
 
         content = text()
         if tail is not None:
             lines = content.splitlines(keepends=True)
-            content = "".join(lines[-tail:]) if tail else ""
-        if query.get("follow") not in ("true", "1"):
-            return web.Response(text=content, content_type="text/plain")
+            content = b"".join(lines[-tail:]) if tail else b""
+        if query.get("follow") not in ("true", "1") or previous:
+            return web.Response(body=content, content_type="text/plain")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         sent = len(text()) if tail is not None else 0
         if tail is not None:
-            await response.write(content.encode())
+            await response.write(content)
         try:
             while not self._stopping.is_set():
-                current = text()
-                if len(current) > sent:
-                    await response.write(current[sent:].encode())
-                    sent = len(current)
+                chunk = text(sent)
+                if chunk:
+                    await response.write(chunk)
+                    sent += len(chunk)
                 latest = self.store.peek("pods", route.namespace, route.name)
-                if latest is None or (latest.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                    current = text()
-                    if len(current) > sent:
-                        await response.write(current[sent:].encode())
+                if (latest is None or (latest.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                        or self.kubelet is not None
+                        and self.kubelet.process_exited(route.namespace, route.name, container or None)):
+                    chunk = text(sent)
+                    if chunk:
+                        await response.write(chunk)
                     break
                 await asyncio.sleep(0.1)
         except ConnectionResetError:

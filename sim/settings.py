@@ -50,6 +50,19 @@ class SimSettings:
     startup_delay: float = 0.05
     """Seconds between a pod being bound and its containers running (image pull, start)."""
 
+    runtime: str = "simulated"
+    """How the nodes run their pods: ``simulated`` (timers, ``sim.kto.dev/*`` annotations) or ``process``
+    (real local processes, sim/processes.py). Written as each node's ``sim.kto.dev/runtime`` label,
+    which the kubelet reads per node (``kubectl label node … sim.kto.dev/runtime=process`` switches one)."""
+
+    pods_dir: pathlib.Path | None = None
+    """Where process pods get their scratch directory, Python layer, hosts file and logs; None: a
+    temporary directory of the kubelet's, removed when it stops."""
+
+    crash_backoff: float = 10.0
+    """Seconds before a process container's first restart (CrashLoopBackOff), doubled per restart up to
+    5 minutes (the kubelet's values)."""
+
     job_backoff: float = 10.0
     """Seconds the Job controller waits before replacing a Job's failed pod, doubled for each
     further failure since the last success, at most 10 minutes (kube-controller-manager's values)."""

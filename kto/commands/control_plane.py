@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity of each node")
     parser.add_argument("--pod-duration", type=float, default=2.0,
                         help="seconds a pod runs unless its sim.kto.dev/duration says otherwise (default 2)")
+    parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
+                        help="how the nodes run pods (their sim.kto.dev/runtime label): simulated (default) or "
+                             "process, real local processes for pods whose containers all have a command")
+    parser.add_argument("--pods-dir", type=pathlib.Path, default=None, metavar="DIR",
+                        help="process pods' scratch directories and logs (default: a temporary directory)")
     parser.add_argument("--crds", type=pathlib.Path, action="append", default=[], metavar="PATH",
                         help="a CRD YAML file or a directory of them, created before the controller manager "
                              "starts (its garbage collector then knows the kinds at once); repeatable")
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             raise cli.UserError(f"--crds {path}: no such file or directory")
     settings = sim_settings.SimSettings(
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
+        runtime=args.runtime, pods_dir=args.pods_dir.resolve() if args.pods_dir else None,
     )
 
     async def serve() -> None:

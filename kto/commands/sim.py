@@ -17,6 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity of each node")
     parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
                         help="seconds a pod runs unless its sim.kto.dev/duration says otherwise (default 2)")
+    parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
+                        help="how the nodes run pods (their sim.kto.dev/runtime label): simulated (default) or "
+                             "process, real local processes for pods whose containers all have a command")
+    parser.add_argument("--pods-dir", type=pathlib.Path, default=None, metavar="DIR",
+                        help="process pods' scratch directories and logs (default: a temporary directory)")
     parser.add_argument("--cpu-per-node", default="32", help="CPU capacity of each node (a quantity)")
     parser.add_argument("--memory-per-node", default="256Gi", help="memory capacity of each node (a quantity)")
     parser.add_argument("--kubeconfig", type=pathlib.Path, default=pathlib.Path(".kto/sim/kubeconfig"),
@@ -53,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig.resolve(),
         faults=args.faults,
         watch_window=args.watch_window,
+        runtime=args.runtime,
+        pods_dir=args.pods_dir.resolve() if args.pods_dir else None,
     )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

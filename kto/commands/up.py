@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
                         help="seconds a simulated pod runs unless its sim.kto.dev/duration says otherwise "
                              "(default 2; longer lets you watch a job scale)")
+    parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
+                        help="how the nodes run pods: simulated (default) or process: a pod whose containers "
+                             "all have a command runs them as local processes (docs/sandbox.md)")
 
 
 def _age(seconds: float) -> str:
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
-            control_plane=args.control_plane, broker=args.broker,
+            control_plane=args.control_plane, broker=args.broker, runtime=args.runtime,
         )
     except stack.StackError as exc:
         raise UserError(str(exc)) from None
