@@ -2,9 +2,8 @@
 
 In: the store's kinds (built-in and registered from CRDs). Out: ``/version``, ``/api``,
 ``/api/v1``, ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>`` (legacy discovery,
-which kubectl falls back to when aggregated discovery is not offered) and a minimal
-``/openapi/v3`` that tells kubectl the server validates fields itself, so plain
-``kubectl apply`` needs no client-side schema.
+which kubectl falls back to when aggregated discovery is not offered) and the aggregated
+discovery of kubectl 1.26+. The OpenAPI documents are sim/openapi.py's.
 """
 
 from __future__ import annotations
@@ -113,46 +112,6 @@ def resource_list(kinds: list[resources.Resource], group: str, version: str) -> 
         return None
     group_version = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
-
-
-def _gv_path(group: str, version: str) -> str:
-    return f"apis/{group}/{version}" if group else f"api/{version}"
-
-
-def openapi_v3_root(kinds: list[resources.Resource]) -> Obj:
-    paths: Obj = {}
-    seen = set()
-    for res in kinds:
-        for version in res.versions:
-            path = _gv_path(res.group, version)
-            if path not in seen:
-                seen.add(path)
-                digest = hashlib.sha256(repr(sorted(r.key for r in kinds)).encode()).hexdigest()[:16].upper()
-                paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
-    return {"paths": paths}
-
-
-def openapi_v3_group_version(kinds: list[resources.Resource], group: str, version: str) -> Obj | None:
-    """PATCH operations carrying the fieldValidation parameter, one per kind of the group version."""
-    paths: Obj = {}
-    for res in kinds:
-        if res.group != group or version not in res.versions:
-            continue
-        prefix = "/" + _gv_path(group, version)
-        ns = "/namespaces/{namespace}" if res.namespaced else ""
-        gvk = {"group": group, "version": version, "kind": res.kind}
-        params = [
-            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-        ]
-        op = {"operationId": f"patch{res.kind}", "parameters": params,
-              "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk,
-              "responses": {"200": {"description": "OK"}}}
-        paths[f"{prefix}{ns}/{res.plural}/{{name}}"] = {"patch": op}
-    if not paths:
-        return None
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes (kto sim)", "version": VERSION["gitVersion"]},
-            "paths": paths, "components": {"schemas": {}}}
 
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime as dt
 import json
 import logging
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import applying, discovery, errors, execing, faults, patching, protobuf, resources, tables
+from sim import applying, discovery, errors, execing, faults, openapi, patching, protobuf, resources, tables
 from sim import store as sim_store
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class Server:
         """The simulated kubelet (logs, evict, fail_node) once the cluster has one."""
         self.requests: collections.deque[Obj] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.request_count = 0
+        self.openapi = openapi.Documents()
+        """The /openapi/v3 documents, rebuilt when the served kinds change."""
         self.open_watches = 0
         self._watches: set[sim_store.Watch] = set()
         self._runner: web.AppRunner | None = None
@@ -202,15 +205,16 @@ class Server:
         if head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok"), None
         if head == "openapi" and parts[1:2] == ["v3"]:
-            kinds = self.store.kinds()
-            if len(parts) == 2:
-                return _json(discovery.openapi_v3_root(kinds)), None
-            rest = parts[2:]
-            gv_group, version = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (
-                (rest[1], rest[2]) if rest[0] == "apis" and len(rest) == 3 else ("", ""))
-            doc = discovery.openapi_v3_group_version(kinds, gv_group, version) if version else None
-            if doc is not None:
-                return _json(doc), None
+            self.openapi.refresh(self.store.kinds(), self.store.registry_version)
+            if len(parts) == 2:  # kube-apiserver's discovery document: no ETag, text/plain
+                return web.Response(body=_dumps(self.openapi.root()), headers={
+                    "Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-cache, private"}), None
+            answered = openapi.answer(self.openapi, "/".join(parts[2:]), request.query.get("hash"),
+                                      request.headers.get("Accept", ""), request.headers.get("If-None-Match"),
+                                      dt.datetime.now(dt.timezone.utc))
+            if answered is not None:
+                code, headers, document = answered
+                return web.Response(status=code, headers=headers, body=document or None), None
         if not parts:
             return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v3", "/admin"]}), None
         raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})

@@ -1,10 +1,17 @@
-"""CustomResourceDefinitions of the six kinds, generated from the pydantic models (spec §1, §3.5).
+"""CustomResourceDefinitions of every kind kto serves, generated from the pydantic models (spec §1, §3.5, A.1, B.1).
 
-In: a job class of ``shared.api.jobs``. Out: an ``apiextensions.k8s.io/v1``
-CRD as a plain dict, with a structural OpenAPI v3 schema derived from the
-model fields (type by type, so a field added to a model shows up here).
-What the models cannot say (int64 fields, defaults, the CEL rule on the
-queue, LabelSelector's shape) is in the small tables below.
+In: a job class of ``shared.api.jobs`` (or of ``shared.api.elastic``). Out: an
+``apiextensions.k8s.io/v1`` CRD as a plain dict, with a structural OpenAPI v3
+schema derived from the model fields (type by type, so a field added to a
+model shows up here). What the models cannot say (int64 fields, defaults, the
+CEL rule on the queue, LabelSelector's shape) is in the small tables below.
+
+Every field's ``description`` (what ``kubectl explain`` prints) is the field's
+docstring in the model (``common.Model`` turns attribute docstrings into
+descriptions); a map value or list item that is a model, and the object
+itself, take the model's class docstring. :func:`describe` applies them to
+generated and kept-as-data schemas alike. Printer columns, short names (none)
+and categories (none) are upstream's.
 
 MPIJob is served in two versions of one CRD, as upstream's two operators
 serve it: ``v1`` (training-operator; the storage version) and ``v2beta1``
@@ -17,15 +24,21 @@ OpenMPI`` …) are stored with every object written in v2beta1, which is how
 kto tells which operator's behaviour a stored MPIJob asked for
 (:func:`shared.api.mpijobs.is_v2beta1`).
 
-``python -m shared.api.crds DIR`` writes ``DIR/kubeflow.org_<plural>.yaml``;
-that script entry point and the reading of the v2beta1 schema are the only
-code here that touches the file system.
+et-operator's three CRDs (``kai.alibabacloud.com/v1alpha1``) are upstream's
+schemas, kept as data in ``crds_et_operator.yaml`` (pod templates free-form),
+with the descriptions of ``shared.api.elastic``'s models added.
+
+``python -m shared.api.crds DIR`` writes ``DIR/kubeflow.org_<plural>.yaml``
+and ``DIR/kai.alibabacloud.com_<plural>.yaml``; that script entry point and
+the reading of the data files are the only code here that touches the file
+system.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import inspect
 import sys
 import types
 import typing
@@ -35,9 +48,10 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from shared.api import common, jobs
+from shared.api import common, elastic, jobs, mpijobs
 
 Schema = dict[str, Any]
+ETKind = type[elastic.TrainingJob] | type[elastic.ScaleIn] | type[elastic.ScaleOut]
 
 _INT64_FIELDS = {(common.RunPolicy, "active_deadline_seconds")}
 """int fields that are int64 upstream; every other int is int32."""
@@ -61,18 +75,22 @@ _LABEL_SELECTOR: Schema = {
     "type": "object",
     "properties": {
         "matchExpressions": {
+            "description": "Requirements on the labels, all of which must hold.",
             "type": "array",
             "items": {
+                "description": "A requirement on one label: its key, an operator and values.",
                 "type": "object",
                 "properties": {
-                    "key": {"type": "string"},
-                    "operator": {"type": "string"},
-                    "values": {"type": "array", "items": {"type": "string"}},
+                    "key": {"description": "The label key.", "type": "string"},
+                    "operator": {"description": "In, NotIn, Exists or DoesNotExist.", "type": "string"},
+                    "values": {"description": "The values for In and NotIn; empty for Exists and DoesNotExist.",
+                               "type": "array", "items": {"type": "string"}},
                 },
                 "required": ["key", "operator"],
             },
         },
-        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchLabels": {"description": "Labels that must have these values.",
+                        "type": "object", "additionalProperties": {"type": "string"}},
     },
     "x-kubernetes-map-type": "atomic",
 }
@@ -159,6 +177,83 @@ def _schema_of_model(
     return schema
 
 
+_DESCRIBED_LIKE: dict[type[pydantic.BaseModel], type[pydantic.BaseModel]] = {
+    mpijobs.RunPolicy: common.RunPolicy,
+}
+"""A model whose undocumented fields mean what the same fields of another model say."""
+
+
+def _text(doc: str | None) -> str | None:
+    """A docstring as a description: the lines of a paragraph joined, paragraphs kept apart."""
+    if not doc:
+        return None
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in inspect.cleandoc(doc).split("\n\n"))
+
+
+def _set_description(node: Schema, text: str | None) -> None:
+    """Put ``text`` first in ``node`` (in place: the node may be shared with its parent)."""
+    if not text:
+        return
+    rest = {key: value for key, value in node.items() if key != "description"}
+    node.clear()
+    node.update(description=text, **rest)
+
+
+def _model_of(annotation: Any) -> type[pydantic.BaseModel] | None:
+    """The model an annotation names (``X`` of ``X | None`` too), or None."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        annotation = members[0] if len(members) == 1 else None
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    return None
+
+
+def _describe_type(node: Schema, annotation: Any) -> None:
+    """Descriptions below a node of the given Python type: a model's fields, or a map value's
+    or list item's (a model item takes its class docstring)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        _describe_type(node, args[0])
+    elif origin in (typing.Union, types.UnionType):
+        for arg in args:
+            if arg is not type(None):
+                _describe_type(node, arg)
+    elif origin in (dict, list):
+        child = node.get("additionalProperties" if origin is dict else "items")
+        member = args[-1]
+        if isinstance(child, dict):
+            item = _model_of(member)
+            if item is not None:
+                _set_description(child, _text(item.__dict__.get("__doc__")))
+            _describe_type(child, member)
+    elif (model := _model_of(annotation)) is not None:
+        describe(node, model)
+
+
+def describe(schema: Schema, model: type[pydantic.BaseModel]) -> None:
+    """Set the ``description`` of every property of ``schema`` (an object schema of ``model``), at every
+    depth, from the model's field docstrings; properties the model lacks are left as they are."""
+    properties = schema.get("properties") or {}
+    like = _DESCRIBED_LIKE.get(model)
+    for name, field in model.model_fields.items():
+        node = properties.get(field.alias or name)
+        if not isinstance(node, dict):
+            continue
+        text = field.description
+        if text is None and like is not None and name in like.model_fields:
+            text = like.model_fields[name].description
+        _set_description(node, _text(text))
+        _describe_type(node, field.annotation)
+
+
+def _describe_object(schema: Schema, cls: type[pydantic.BaseModel]) -> None:
+    """The description of a kind's whole schema (its class docstring) and of its fields."""
+    _set_description(schema, _text(cls.__dict__.get("__doc__")))
+    describe(schema, cls)
+
+
 def _spec_schema(cls: type[jobs.Job]) -> Schema:
     spec_model = cls.model_fields["spec"].annotation
     assert isinstance(spec_model, type) and issubclass(spec_model, pydantic.BaseModel)
@@ -231,14 +326,28 @@ def _union(into: Schema, other: Schema) -> None:
             _union(into[key], other[key])
 
 
+def _fill_descriptions(into: Schema, other: Schema) -> None:
+    """Give every node of ``into`` that has no description the one of ``other``'s node at the same place."""
+    if "description" not in into and "description" in other:
+        _set_description(into, other["description"])
+    for name, child in (into.get("properties") or {}).items():
+        if isinstance((other.get("properties") or {}).get(name), dict):
+            _fill_descriptions(child, other["properties"][name])
+    for key in ("items", "additionalProperties"):
+        if isinstance(into.get(key), dict) and isinstance(other.get(key), dict):
+            _fill_descriptions(into[key], other[key])
+
+
 def _mpi_versions(v1: Schema) -> list[Schema]:
     """v1 (storage) and v2beta1 (served), each schema carrying the other's fields."""
     v2 = yaml.safe_load(_MPI_V2BETA1.read_text())
     v1_schema = v1["schema"]["openAPIV3Schema"]
     v2_schema = v2["schema"]["openAPIV3Schema"]
+    _describe_object(v2_schema, mpijobs.MPIJob)
     original_v1 = copy.deepcopy(v1_schema)
     _union(v1_schema, v2_schema)
     _union(v2_schema, original_v1)
+    _fill_descriptions(v2_schema, original_v1)  # upstream's status types the models do not describe
     return [v1, v2]
 
 
@@ -271,25 +380,53 @@ def crd(cls: type[jobs.Job]) -> dict[str, Any]:
     }
     # The tables above are shared between kinds; no aliasing in the result.
     definition = copy.deepcopy(definition)
+    _describe_object(definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"], cls)
     if cls is jobs.MPIJob:
         definition["spec"]["versions"] = _mpi_versions(definition["spec"]["versions"][0])
     return definition
 
 
-def file_name(cls: type[jobs.Job]) -> str:
-    """``kubeflow.org_<plural>.yaml``, as upstream names its CRD files."""
-    return f"{jobs.GROUP}_{cls.PLURAL}.yaml"
+_ET_OPERATOR = Path(__file__).with_name("crds_et_operator.yaml")
 
 
-def render(cls: type[jobs.Job]) -> str:
+def et_crd(cls: ETKind) -> dict[str, Any]:
+    """The CustomResourceDefinition of one et-operator kind: upstream's, with descriptions."""
+    definition: dict[str, Any] = next(
+        document for document in yaml.safe_load_all(_ET_OPERATOR.read_text())
+        if document["spec"]["names"]["kind"] == cls.KIND
+    )
+    for version in definition["spec"]["versions"]:
+        _describe_object(version["schema"]["openAPIV3Schema"], cls)
+    return definition
+
+
+def file_name(cls: type[jobs.Job] | ETKind) -> str:
+    """``<group>_<plural>.yaml`` (``kubeflow.org_pytorchjobs.yaml``), as upstream names its CRD files."""
+    group = jobs.GROUP if issubclass(cls, jobs.Job) else elastic.GROUP
+    return f"{group}_{cls.PLURAL}.yaml"
+
+
+def definition(cls: type[jobs.Job] | ETKind) -> dict[str, Any]:
+    """The CRD of any kind kto serves (:func:`crd` or :func:`et_crd`)."""
+    for job_cls in jobs.KINDS.values():
+        if cls is job_cls:
+            return crd(job_cls)
+    for et_cls in elastic.KINDS.values():
+        if cls is et_cls:
+            return et_crd(et_cls)
+    raise TypeError(f"kto serves no kind {cls!r}")
+
+
+def render(cls: type[jobs.Job] | ETKind) -> str:
     """The CRD as the YAML text committed under deploy/crds/."""
     header = "# Generated by `python -m shared.api.crds deploy/crds` from shared/api; do not edit.\n"
-    return header + yaml.safe_dump(crd(cls), sort_keys=False, default_flow_style=False)
+    return header + yaml.safe_dump(definition(cls), sort_keys=False, default_flow_style=False)
 
 
 def files() -> dict[str, str]:
     """Every CRD file: name → text."""
-    return {file_name(cls): render(cls) for cls in jobs.KINDS.values()}
+    kinds: list[type[jobs.Job] | ETKind] = [*jobs.KINDS.values(), *elastic.KINDS.values()]
+    return {file_name(cls): render(cls) for cls in kinds}
 
 
 def _write(directory: Path) -> None:

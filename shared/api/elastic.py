@@ -53,29 +53,55 @@ class ETReplicaSpec(common.Model):
     string upstream (no enum); only ``Always`` and ``Never`` mean something (B.8 step 4)."""
 
     replicas: int | None = None
+    """Number of launcher pods: 1."""
     template: common.Manifest = pydantic.Field(default_factory=dict)
+    """Pod template the pods are made from."""
     restart_policy: str | None = None
+    """What happens when the launcher pod is gone: Always creates it again, Never fails the job; other
+    values leave it."""
 
 
 class ETWorkerSpec(ETReplicaSpec):
     """``etReplicaSpecs.worker``: adds the elastic bounds (spec B.2)."""
 
+    replicas: int | None = None
+    """Number of workers the job starts with (at least 1). Defaults to 1."""
+    restart_policy: str | None = None
+    """When a worker pod is replaced by a new one (with a new index): Always (failed, succeeded or gone),
+    OnFailure (failed), ExitCode (failed with an exit code above 128) or Never (the default)."""
     min_replicas: int | None = None
+    """Fewest workers the training may run with (for the launcher's horovodrun --min-np); not enforced
+    by the operator."""
     max_replicas: int | None = None
+    """Most workers the training may run with (for the launcher's horovodrun --max-np); not enforced by
+    the operator."""
 
 
 class ETReplicaSpecs(common.Model):
     launcher: ETReplicaSpec | None = None
+    """The launcher pod, created once every worker runs; it starts the training (horovodrun) against the
+    workers in its hostfile."""
     worker: ETWorkerSpec | None = None
+    """The worker pods; ScaleIn and ScaleOut objects remove and add workers while the job runs."""
 
 
 class TrainingJobSpec(common.Model):
     clean_pod_policy: str | None = None
+    """Which pods are deleted when the job finishes: All or Running delete every worker pod and its
+    Service, None keeps them. Defaults to Running."""
     et_replica_specs: ETReplicaSpecs
+    """The launcher and the workers of the job."""
     launcher_attach_mode: str | None = None
+    """How the launcher reaches the workers: ssh (the default; the job's SSH Secret is mounted in every
+    pod) or kubexec (kubectl exec)."""
     slots_per_worker: int | None = None
+    """Slots (processes) per worker in the hostfile. Defaults to the first worker container's
+    nvidia.com/gpu limit, or 1."""
     restart_policy: str | None = None
+    """Whether a failed job is started again from scratch: OnFailure (up to backoffLimit times) or Never
+    (the default)."""
     backoff_limit: int | None = None
+    """How many times a failed job is restarted when restartPolicy is OnFailure. Defaults to 6."""
 
 
 class ETStatus(common.JobStatus):
@@ -83,13 +109,19 @@ class ETStatus(common.JobStatus):
     the running scaler and the whole-job restart count. Shared by all three kinds."""
 
     phase: str | None = None
+    """Phase of the job (Created, Running, Scaling, Succeeded, Failed, Suspended) or of the scaler
+    (Scaling, ScaleSucceeded, ScaleFailed)."""
     current_scaler: str | None = None
+    """The scaler being run while the job is Scaling (ScaleIn:<namespace>/<name> or ScaleOut:...)."""
     restart_count: int | None = None
+    """How many times the failed job was started again."""
 
 
 class TrainingJobStatus(ETStatus):
     target_workers: list[str] | None = None
+    """Names of the worker pods the job should have."""
     current_workers: list[str] | None = None
+    """Names of the worker pods now running, in index order: the hosts of the launcher's hostfile."""
 
 
 class _Object(common.Model):
@@ -112,6 +144,9 @@ class _Object(common.Model):
 
 
 class TrainingJob(_Object):
+    """An elastic training job of et-operator: worker pods and a launcher that runs the training (Elastic
+    Horovod) across them; ScaleIn and ScaleOut objects change its workers while it runs."""
+
     KIND = "TrainingJob"
     CONTROLLER_NAME: ClassVar[str] = "et-operator"
     """The ``source.component`` of the Events recorded on a TrainingJob."""
@@ -120,7 +155,9 @@ class TrainingJob(_Object):
 
     kind: str = "TrainingJob"
     spec: TrainingJobSpec
+    """Desired state of the TrainingJob."""
     status: TrainingJobStatus | None = None
+    """Most recently observed status of the TrainingJob, written by kto; read-only."""
 
     @property
     def launcher(self) -> ETReplicaSpec:
@@ -144,8 +181,12 @@ class TrainingJob(_Object):
 
 
 class EnvSpec(common.Model):
+    """An environment variable of the scaling script."""
+
     name: str | None = None
+    """Name of the variable."""
     value: str | None = None
+    """Value of the variable."""
 
 
 class Selector(common.Model):
@@ -155,37 +196,50 @@ class Selector(common.Model):
 
 class ToDeleteSpec(common.Model):
     count: int | None = None
+    """How many workers to remove, the highest indices first; must be fewer than the job's workers."""
     pod_names: list[str] | None = None
+    """Names of the worker pods to remove; takes precedence over count."""
 
 
 class ToAddSpec(common.Model):
     count: int | None = None
+    """How many workers to add (more than 0)."""
 
 
 class ScalerSpec(common.Model):
     """Fields both scalers have: the inlined ScaleScriptSpec, backoffLimit (unused) and selector."""
 
     script: str | None = None
+    """Script on the launcher run instead of rewriting its hostfile; it gets the changed workers as
+    <pod>:<slots>,... in its argument."""
     timeout: int | None = None
+    """Seconds the script may run, and for a ScaleOut the new workers may take to start. Defaults to 60."""
     env: list[EnvSpec] | None = None
+    """Environment variables of the script."""
     backoff_limit: int | None = None
+    """Kept for compatibility; not used."""
     selector: Selector | None = None
+    """The TrainingJob to scale."""
 
 
 class ScaleInSpec(ScalerSpec):
     to_delete: ToDeleteSpec | None = None
+    """Which workers to remove: a count or pod names."""
 
 
 class ScaleOutSpec(ScalerSpec):
     to_add: ToAddSpec | None = None
+    """How many workers to add."""
 
 
 class ScaleInStatus(ETStatus):
     to_delete_pods: list[str] | None = None
+    """Names of the worker pods this ScaleIn removes, fixed when it starts."""
 
 
 class ScaleOutStatus(ETStatus):
     add_pods: list[str] | None = None
+    """Names of the worker pods this ScaleOut adds, fixed when it starts."""
 
 
 class _Scaler(_Object):
@@ -216,6 +270,9 @@ class _Scaler(_Object):
 
 
 class ScaleIn(_Scaler):
+    """Removes workers from a running TrainingJob: the launcher's hostfile is rewritten (or a script run),
+    then the chosen worker pods are deleted."""
+
     KIND = "ScaleIn"
     PLURAL = "scaleins"
     SINGULAR = "scalein"
@@ -223,7 +280,9 @@ class ScaleIn(_Scaler):
 
     kind: str = "ScaleIn"
     spec: ScaleInSpec = pydantic.Field(default_factory=ScaleInSpec)
+    """Desired state of the ScaleIn."""
     status: ScaleInStatus | None = None
+    """Most recently observed status of the ScaleIn, written by kto; read-only."""
 
     @property
     def pod_names(self) -> list[str]:
@@ -231,6 +290,9 @@ class ScaleIn(_Scaler):
 
 
 class ScaleOut(_Scaler):
+    """Adds workers to a running TrainingJob: new worker pods are created and, once they run, the
+    launcher's hostfile is rewritten (or a script run)."""
+
     KIND = "ScaleOut"
     PLURAL = "scaleouts"
     SINGULAR = "scaleout"
@@ -238,7 +300,9 @@ class ScaleOut(_Scaler):
 
     kind: str = "ScaleOut"
     spec: ScaleOutSpec = pydantic.Field(default_factory=ScaleOutSpec)
+    """Desired state of the ScaleOut."""
     status: ScaleOutStatus | None = None
+    """Most recently observed status of the ScaleOut, written by kto; read-only."""
 
     @property
     def pod_names(self) -> list[str]:

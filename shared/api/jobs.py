@@ -20,33 +20,56 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 
 class RDZVConf(common.Model):
+    """One extra rendezvous setting, passed to torchrun as key=value."""
+
     key: str | None = None
+    """Name of the setting."""
     value: str | None = None
+    """Value of the setting."""
 
 
 class ElasticPolicy(common.Model):
     """PyTorchJob.spec.elasticPolicy (torchrun rendezvous and HPA bounds)."""
 
     min_replicas: int | None = None
+    """Fewest workers the job runs with (the lower bound of torchrun's --nnodes and of the autoscaler).
+    Defaults to maxReplicas, or to the Worker replicas when both are unset."""
     max_replicas: int | None = None
+    """Most workers the job may scale to (the upper bound of torchrun's --nnodes and of the autoscaler).
+    Defaults to minReplicas, or to the Worker replicas when both are unset."""
     rdzv_backend: str | None = None
+    """Rendezvous backend of torchrun: c10d, etcd or etcd-v2. Defaults to c10d."""
     rdzv_port: int | None = None
+    """Port of the rendezvous endpoint. Defaults to the Worker's pytorchjob-port."""
     rdzv_host: str | None = None
+    """Host of the rendezvous endpoint. Defaults to the first worker's Service (<job>-worker-0)."""
     rdzv_id: str | None = None
+    """Rendezvous ID shared by the job's workers (torchrun's --rdzv-id)."""
     rdzv_conf: list[RDZVConf] | None = None
+    """Extra rendezvous configuration (torchrun's --rdzv-conf key1=value1,key2=value2)."""
     standalone: bool | None = None
+    """Start a local standalone rendezvous backend (torchrun's --standalone), for one node with several
+    workers; the other rendezvous settings are then ignored."""
     n_proc_per_node: int | None = None
+    """Deprecated: use spec.nprocPerNode. Processes per worker pod."""
     max_restarts: int | None = None
+    """How many times torchrun restarts the worker group before failing (torchrun's --max-restarts)."""
     metrics: list[dict[str, Any]] | None = None
+    """autoscaling/v2 metric specs; when set, a HorizontalPodAutoscaler scales the Worker replicas
+    between minReplicas and maxReplicas through the job's scale subresource."""
 
 
 class PaddleElasticPolicy(common.Model):
     """PaddleJob.spec.elasticPolicy: defaulted only, no runtime effect upstream (§1.3)."""
 
     min_replicas: int | None = None
+    """Fewest workers of an elastic job. Defaulted as PyTorchJob's; kto, like upstream, does not act on it."""
     max_replicas: int | None = None
+    """Most workers of an elastic job. Defaulted as PyTorchJob's; kto, like upstream, does not act on it."""
     max_restarts: int | None = None
+    """Restarts allowed in elastic mode. Kept but not acted on, as upstream."""
     metrics: list[dict[str, Any]] | None = None
+    """autoscaling/v2 metric specs. Kept but not acted on (no autoscaler is created), as upstream."""
 
 
 ReplicaSpecs = dict[str, common.ReplicaSpec | None]
@@ -54,38 +77,65 @@ ReplicaSpecs = dict[str, common.ReplicaSpec | None]
 
 class JobSpec(common.Model):
     run_policy: common.RunPolicy | None = None
+    """Policies common to every kind: cleanup of pods, TTL, deadline, backoff limit, gang scheduling,
+    suspension and which controller manages the job."""
 
 
 class PyTorchJobSpec(JobSpec):
     pytorch_replica_specs: ReplicaSpecs | None = None
+    """The job's replica types and their pods: Master (optional, exactly one pod) and Worker, e.g.
+    {"Master": {...}, "Worker": {...}}. Each pod gets torchrun's environment (MASTER_ADDR, WORLD_SIZE,
+    RANK, PET_*)."""
     elastic_policy: ElasticPolicy | None = None
+    """Elastic training with torchrun's rendezvous: the Worker count may change between minReplicas and
+    maxReplicas, optionally driven by an autoscaler."""
     nproc_per_node: str | None = None
+    """Processes per pod, passed as PET_NPROC_PER_NODE: auto, cpu, gpu or a number. Defaults to auto."""
 
 
 class TFJobSpec(JobSpec):
     tf_replica_specs: ReplicaSpecs | None = None
+    """The job's replica types and their pods: PS, Worker, Chief, Master and Evaluator, e.g.
+    {"PS": {...}, "Worker": {...}}. Each pod gets the cluster layout in TF_CONFIG."""
     success_policy: str | None = None
+    """When the job succeeds: "" (the default: when the Chief or Master succeeds, or without one when
+    worker 0 does) or AllWorkers (when every worker has succeeded)."""
     enable_dynamic_worker: bool | None = None
+    """Whether workers may be added and removed while the job runs (a sparse TF_CONFIG cluster spec)."""
 
 
 class XGBoostJobSpec(JobSpec):
     xgb_replica_specs: ReplicaSpecs | None = None
+    """The job's replica types and their pods: Master (required, exactly one pod) and Worker, e.g.
+    {"Master": {...}, "Worker": {...}}. Each pod gets the master's address and its rank (MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE, RANK)."""
 
 
 class MPIJobSpec(JobSpec):
     mpi_replica_specs: ReplicaSpecs | None = None
+    """The job's replica types and their pods: Launcher (exactly one pod, runs mpirun) and Worker, e.g.
+    {"Launcher": {...}, "Worker": {...}}."""
     slots_per_worker: int | None = None
+    """Slots (MPI processes) per worker in the hostfile. Defaults to 1."""
     clean_pod_policy: common.CleanPodPolicy | None = None
+    """Deprecated: use spec.runPolicy.cleanPodPolicy, which wins when both are set. Defaults to None."""
     main_container: str | None = None
+    """Name of the worker container the launcher runs MPI processes in (kubectl exec --container)."""
 
 
 class PaddleJobSpec(JobSpec):
     paddle_replica_specs: ReplicaSpecs | None = None
+    """The job's replica types and their pods: Master (optional: with it the job runs in parameter-server
+    mode, without it in collective mode) and Worker, e.g. {"Master": {...}, "Worker": {...}}. Each pod gets
+    Paddle's environment (PADDLE_MASTER, PADDLE_NNODES, ...)."""
     elastic_policy: PaddleElasticPolicy | None = None
+    """Elastic settings of the job; defaulted, but no controller acts on them (as upstream)."""
 
 
 class JAXJobSpec(JobSpec):
     jax_replica_specs: ReplicaSpecs | None = None
+    """The job's replica types and their pods: Worker only, e.g. {"Worker": {...}}. Each pod gets JAX's
+    coordinator address (COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID)."""
 
 
 class Job(common.Model):
@@ -112,6 +162,7 @@ class Job(common.Model):
     metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
     spec: JobSpec
     status: common.JobStatus | None = None
+    """Most recently observed status of the job, written by kto's status service; read-only."""
 
     @property
     def name(self) -> str:
@@ -143,6 +194,9 @@ class Job(common.Model):
 
 
 class PyTorchJob(Job):
+    """A distributed PyTorch training job: an optional Master and Workers started with torchrun's
+    environment, optionally elastic."""
+
     KIND = "PyTorchJob"
     PLURAL = "pytorchjobs"
     SINGULAR = "pytorchjob"
@@ -158,9 +212,13 @@ class PyTorchJob(Job):
 
     kind: str = "PyTorchJob"
     spec: PyTorchJobSpec
+    """Desired state of the PyTorchJob."""
 
 
 class TFJob(Job):
+    """A distributed TensorFlow training job: PS, Worker, Chief, Master and Evaluator pods, each given
+    the cluster in TF_CONFIG."""
+
     KIND = "TFJob"
     PLURAL = "tfjobs"
     SINGULAR = "tfjob"
@@ -176,9 +234,12 @@ class TFJob(Job):
 
     kind: str = "TFJob"
     spec: TFJobSpec
+    """Desired state of the TFJob."""
 
 
 class XGBoostJob(Job):
+    """A distributed XGBoost (or LightGBM) training job: a Master and Workers."""
+
     KIND = "XGBoostJob"
     PLURAL = "xgboostjobs"
     SINGULAR = "xgboostjob"
@@ -194,9 +255,13 @@ class XGBoostJob(Job):
 
     kind: str = "XGBoostJob"
     spec: XGBoostJobSpec
+    """Desired state of the XGBoostJob."""
 
 
 class MPIJob(Job):
+    """An MPI job of the Training Operator (kubeflow.org/v1): a Launcher pod runs mpirun across the
+    Worker pods."""
+
     KIND = "MPIJob"
     PLURAL = "mpijobs"
     SINGULAR = "mpijob"
@@ -212,9 +277,12 @@ class MPIJob(Job):
 
     kind: str = "MPIJob"
     spec: MPIJobSpec
+    """Desired state of the MPIJob."""
 
 
 class PaddleJob(Job):
+    """A distributed PaddlePaddle training job: Workers, with a Master in parameter-server mode."""
+
     KIND = "PaddleJob"
     PLURAL = "paddlejobs"
     SINGULAR = "paddlejob"
@@ -230,9 +298,12 @@ class PaddleJob(Job):
 
     kind: str = "PaddleJob"
     spec: PaddleJobSpec
+    """Desired state of the PaddleJob."""
 
 
 class JAXJob(Job):
+    """A distributed JAX training job: Workers that meet through worker 0 as their coordinator."""
+
     KIND = "JAXJob"
     PLURAL = "jaxjobs"
     SINGULAR = "jaxjob"
@@ -248,6 +319,7 @@ class JAXJob(Job):
 
     kind: str = "JAXJob"
     spec: JAXJobSpec
+    """Desired state of the JAXJob."""
 
 
 KINDS: dict[str, type[Job]] = {

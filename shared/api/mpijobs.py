@@ -59,20 +59,33 @@ LoadError = jobs.LoadError
 
 
 class ReplicaSpec(common.Model):
-    """``mpiReplicaSpecs[Launcher|Worker]``."""
+    """One replica type of the job (Launcher or Worker): how many pods, from which pod template, and how
+    they restart."""
 
     replicas: int | None = None
+    """Number of pods. Launcher: 1 (the default). Worker: at least 1 (leave the Worker entry out for no
+    workers, as with runLauncherAsWorker)."""
     template: common.Manifest = pydantic.Field(default_factory=dict)
+    """Pod template of this replica type: the Launcher's becomes the pod template of a batch/v1 Job, the
+    Worker's that of each worker pod."""
     restart_policy: str | None = None
+    """Never or OnFailure. Defaults to OnFailure for the Launcher and Never for the Worker."""
 
 
 class RunPolicy(common.Model):
-    """``spec.runPolicy``: v2beta1's own copy of the Kubeflow run policy."""
+    """``spec.runPolicy``: v2beta1's own copy of the Kubeflow run policy. The fields without a docstring
+    here are described by ``common.RunPolicy``'s (shared.api.crds)."""
 
     clean_pod_policy: str | None = None
+    """Which worker pods are deleted when the job finishes: All, Running (those still running or pending)
+    or None. Defaults to None."""
     ttl_seconds_after_finished: int | None = None
+    """Seconds after the launcher Job finishes before it is deleted (the Job's ttlSecondsAfterFinished)."""
     active_deadline_seconds: int | None = None
+    """Seconds the launcher Job may run (the Job's activeDeadlineSeconds); past them the job fails."""
     backoff_limit: int | None = None
+    """Retries of the launcher pod before the job fails (the launcher Job's backoffLimit; Kubernetes'
+    default of 6 when unset)."""
     scheduling_policy: common.SchedulingPolicy | None = None
     suspend: bool | None = None
     managed_by: str | None = None
@@ -80,16 +93,28 @@ class RunPolicy(common.Model):
 
 class MPIJobSpec(common.Model):
     slots_per_worker: int | None = None
+    """Slots (MPI processes) per worker in the hostfile. Defaults to 1."""
     run_launcher_as_worker: bool | None = None
+    """Whether the launcher also runs MPI processes (it is listed first in the hostfile). Defaults to false."""
     ssh_auth_mount_path: str | None = None
+    """Directory the job's SSH keys are mounted at in the launcher and the workers. Defaults to /root/.ssh."""
     launcher_creation_policy: str | None = None
+    """When the launcher is created: AtStartup (the default) or WaitForWorkersReady (once every worker pod
+    is ready)."""
     mpi_implementation: str | None = None
+    """MPI implementation, which decides the hostfile format and the launcher's environment: OpenMPI (the
+    default), Intel or MPICH."""
     mpi_replica_specs: dict[str, ReplicaSpec | None] | None = None
+    """The job's replica types and their pods: Launcher (exactly one pod, running mpirun in a batch/v1
+    Job) and Worker, e.g. {"Launcher": {...}, "Worker": {...}}."""
     run_policy: RunPolicy | None = None
+    """Policies of the job: cleanup of worker pods, TTL, deadline and backoff limit (applied to the
+    launcher Job), gang scheduling, suspension and which controller manages it."""
 
 
 class MPIJob(common.Model):
-    """An MPIJob of ``kubeflow.org/v2beta1``."""
+    """An MPI job of mpi-operator (kubeflow.org/v2beta1): a launcher Job runs mpirun over SSH across the
+    Worker pods."""
 
     KIND: ClassVar[str] = KIND
     CONTROLLER_NAME: ClassVar[str] = "mpi-job-controller"
@@ -99,7 +124,9 @@ class MPIJob(common.Model):
     kind: str = KIND
     metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
     spec: MPIJobSpec = pydantic.Field(default_factory=MPIJobSpec)
+    """Desired state of the MPIJob."""
     status: common.JobStatus | None = None
+    """Most recently observed status of the job, written by kto's status service; read-only."""
 
     @property
     def name(self) -> str:

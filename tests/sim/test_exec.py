@@ -47,15 +47,6 @@ class Tier:
             await asyncio.sleep(0.1)
 
 
-@pytest.fixture(params=["sim", "real"])
-def real_or_sim(request: pytest.FixtureRequest) -> tiers.RealCluster | None:
-    """The session's real cluster, or None for a fresh sim (started outside the event loop: it runs its own)."""
-    if request.param == "real":
-        real: tiers.RealCluster = request.getfixturevalue("real_cluster")
-        return real
-    return None
-
-
 @pytest.fixture
 async def tier(real_or_sim: tiers.RealCluster | None, tmp_path: pathlib.Path) -> AsyncIterator[Tier]:
     namespace = f"exec-{uuid.uuid4().hex[:6]}"
