@@ -89,28 +89,44 @@ def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
 
 
 METRICS_PORT_ENV = "KTO_METRICS_PORT"
+HEALTH_PORT_ENV = "KTO_HEALTH_PORT"
 
 
 def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-port`` of the service commands (watcher, reconciler, status-service)."""
+    """``--metrics-port`` and ``--health-port`` of the service commands (watcher, reconciler, status-service)."""
     parser.add_argument(
         "--metrics-port", default=None, metavar="PORT",
-        help=f"serve Prometheus metrics on every address at PORT, path /metrics (default: ${METRICS_PORT_ENV}, "
-        "else 0 = off)",
+        help=f"serve Prometheus metrics on every address at PORT, path /metrics, and the probes /healthz and "
+        f"/readyz beside them (default: ${METRICS_PORT_ENV}, else 0 = off)",
     )
+    parser.add_argument(
+        "--health-port", default=None, metavar="PORT",
+        help=f"serve the probes /healthz (liveness) and /readyz (readiness) on every address at PORT, also when "
+        f"metrics are off (default: ${HEALTH_PORT_ENV}, else 0 = only on the metrics port)",
+    )
+
+
+def _port(args: argparse.Namespace, attribute: str, env: str, flag: str, zero: str) -> int:
+    from kto import cli
+
+    value = getattr(args, attribute)
+    given = value is not None
+    raw = str(value if given else os.environ.get(env, "")).strip() or "0"
+    port = int(raw) if raw.isdigit() else -1
+    if not 0 <= port <= 65535:
+        where = flag if given else env
+        raise cli.UserError(f"{where} {raw!r}: not a port number (1-65535, or 0 for {zero})")
+    return port
 
 
 def metrics_port(args: argparse.Namespace) -> int:
     """The port ``--metrics-port`` (or ``$KTO_METRICS_PORT``) names; 0 for none."""
-    from kto import cli
+    return _port(args, "metrics_port", METRICS_PORT_ENV, "--metrics-port", "no metrics")
 
-    given = args.metrics_port is not None
-    raw = str(args.metrics_port if given else os.environ.get(METRICS_PORT_ENV, "")).strip() or "0"
-    port = int(raw) if raw.isdigit() else -1
-    if not 0 <= port <= 65535:
-        where = "--metrics-port" if given else METRICS_PORT_ENV
-        raise cli.UserError(f"{where} {raw!r}: not a port number (1-65535, or 0 for no metrics)")
-    return port
+
+def health_port(args: argparse.Namespace) -> int:
+    """The port ``--health-port`` (or ``$KTO_HEALTH_PORT``) names; 0 for none of its own."""
+    return _port(args, "health_port", HEALTH_PORT_ENV, "--health-port", "none of its own")
 
 
 def configure_tracing(service: str, instance: str) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import sys
 import time
 
-from realparts import caching, kafka, kube
+from realparts import caching, kafka, kube, strimzi
 
 
 def main() -> int:
-    for name, ensure in (("kubernetes", kube.ensure_binaries), ("kafka", kafka.ensure_kafka)):
+    for name, ensure in (("kubernetes", kube.ensure_binaries), ("kafka", kafka.ensure_kafka),
+                         ("strimzi's KafkaTopic CRD", strimzi.ensure_kafkatopic_crd)):
         started = time.monotonic()
         try:
             where = ensure()

@@ -8,7 +8,8 @@ before and after) and job deletions seen by the watcher; and, read when scraped,
 each consumer's lag per partition.
 Out: one :class:`ServiceMetrics` per service, with a ``CollectorRegistry`` of
 its own (tests run several services in one process, so nothing is registered
-globally), served by :func:`serving` as ``GET /metrics`` on the event loop.
+globally), served by :func:`serving` as ``GET /metrics`` on the event loop, beside
+the probes of :mod:`shared.health` (``/healthz``, ``/readyz``).
 
 Names are those operators already chart: training-operator's job counters
 (labels ``job_namespace``, ``framework``), controller-runtime's reconcile
@@ -32,6 +33,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import exposition, metrics_core, registry
 
+from shared import health
 from shared.api import common, elastic, jobs
 from shared.bus import events
 
@@ -293,23 +295,38 @@ class ServiceMetrics:
 
 
 @contextlib.asynccontextmanager
-async def serving(service_metrics: ServiceMetrics, port: int) -> AsyncIterator[None]:
+async def serving(
+    service_metrics: ServiceMetrics, port: int, checks: health.Health | None = None, health_port: int = 0,
+) -> AsyncIterator[None]:
     """Serve ``GET /metrics`` on every address at ``port`` while inside; port 0 serves
-    nothing. :class:`MetricsPortError` when the port cannot be listened on."""
-    if port == 0:
+    nothing. With ``checks``, ``/healthz`` and ``/readyz`` (:mod:`shared.health`) are
+    served beside ``/metrics`` and, when ``health_port`` is set, on that port too (also
+    when metrics are off). :class:`MetricsPortError` when a port cannot be listened on."""
+    routes: dict[int, list[web.RouteDef]] = {}
+    if port:
+        routes[port] = [web.get("/metrics", service_metrics.scrape)]
+    if checks is not None:
+        for served in {port, health_port} - {0}:
+            routes.setdefault(served, []).extend(checks.routes())
+    if not routes:
         yield
         return
-    app = web.Application()
-    app.router.add_get("/metrics", service_metrics.scrape)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    runners: list[web.AppRunner] = []
     try:
-        try:
-            await web.TCPSite(runner, port=port, reuse_address=True).start()
-        except OSError as exc:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise MetricsPortError(f"--metrics-port {port}: cannot listen: {reason}") from None
-        log.info("serving metrics on :%d/metrics", port)
+        for served, served_routes in routes.items():
+            app = web.Application()
+            app.add_routes(served_routes)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            runners.append(runner)
+            await runner.setup()
+            try:
+                await web.TCPSite(runner, port=served, reuse_address=True).start()
+            except OSError as exc:
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                flag = "--metrics-port" if served == port else "--health-port"
+                raise MetricsPortError(f"{flag} {served}: cannot listen: {reason}") from None
+            log.info("serving %s on :%d", ", ".join(sorted({r.path for r in served_routes})), served)
         yield
     finally:
-        await asyncio.shield(runner.cleanup())
+        for runner in runners:
+            await asyncio.shield(runner.cleanup())

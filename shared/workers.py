@@ -3,8 +3,10 @@
 In: a worker factory (cluster clients and a publisher in, an object with the
 KeyedConsumer ``accept``, ``handle`` and ``settle`` out), the worker's identity and its
 Kafka settings. Out: :func:`run`, which sets up tracing, the worker's metrics
-(served on ``metrics_port``, see :mod:`shared.metrics`), the clusters'
-clients, the publisher and the consumer, calls ``on_ready`` once the group is
+(served on ``metrics_port``, see :mod:`shared.metrics`) and probes (also on
+``health_port``; readiness: consumer started, broker and a cluster answering, see
+:mod:`shared.health`), the clusters' clients, the publisher and the consumer, calls
+``on_ready`` once the group is
 joined, consumes until cancelled, then drains, commits and closes everything
 in reverse order.
 
@@ -16,6 +18,7 @@ answering slows no other.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -23,9 +26,10 @@ import pathlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+import yaml
 from opentelemetry import context as otel_context
 
-from shared import metrics, tracing
+from shared import health, metrics, tracing
 from shared.bus import consuming, producing, records
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, connecting
@@ -91,6 +95,45 @@ class Identity:
     """Name of the span each settle (one act per burst of a key's records) runs in."""
     metrics_port: int
     """Port of the Prometheus ``/metrics`` endpoint; 0: none."""
+    health_port: int = 0
+    """Port of the probes ``/healthz`` and ``/readyz`` (also served beside ``/metrics``); 0: none of its own."""
+
+
+def cluster_names(kubeconfig: pathlib.Path | None, in_cluster_name: str) -> list[str]:
+    """The clusters a worker serves: the kubeconfig's context names, or the in-cluster one."""
+    if kubeconfig is None:
+        return [in_cluster_name]
+    try:
+        loaded = yaml.safe_load(kubeconfig.read_text())
+    except (OSError, yaml.YAMLError):
+        return []  # the clients say why when they connect; readiness says no cluster is known
+    contexts = loaded.get("contexts") if isinstance(loaded, dict) else None
+    return [str(c["name"]) for c in contexts or () if isinstance(c, dict) and c.get("name")]
+
+
+def add_cluster_checks(checks: health.Health, clusters: connecting.ClusterClients, names: list[str]) -> None:
+    """Readiness: ``cluster <name>`` per cluster (``GET /version`` answered; not required alone) and
+    ``clusters``, required: at least one of them answers. One cluster that is down does not make
+    every worker unready: the others' job keys still flow (see the lanes above)."""
+    def answers(name: str) -> health.Check:
+        async def check() -> str | None:
+            client = await clusters.get(name)
+            await client.request("GET", "/version", route="version")
+            return None
+        return check
+
+    for name in names:
+        checks.add(f"cluster {name}", answers(name), required=False)
+
+    async def any_answers() -> str | None:
+        if not names:
+            return "the kubeconfig names no context"
+        outcomes = await asyncio.gather(*(checks.outcome(f"cluster {name}") for name in names))
+        if any(outcome is None for outcome in outcomes):
+            return None
+        return f"none of {len(names)} cluster(s) answers"
+
+    checks.add("clusters", any_answers, timeout=checks.timeout + 1.0)
 
 
 async def run(
@@ -102,13 +145,17 @@ async def run(
     provider = tracing.configure(f"kto-{identity.service}", identity.instance)
     service_metrics = metrics.ServiceMetrics(kafka.dlq_topic)
     clusters = connecting.ClusterClients(identity.kubeconfig, identity.in_cluster_name, service_metrics.on_request)
+    checks = health.Health()
+    started = checks.gate("consumer", "the consumer has not started yet")
+    publisher = producing.Publisher(kafka, identity.service, identity.instance, on_event=[service_metrics.on_bus_event])
+    checks.add("broker", publisher.ping)
+    add_cluster_checks(checks, clusters, cluster_names(identity.kubeconfig, identity.in_cluster_name))
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(provider.shutdown)
-        await stack.enter_async_context(metrics.serving(service_metrics, identity.metrics_port))
+        await stack.enter_async_context(
+            metrics.serving(service_metrics, identity.metrics_port, checks, identity.health_port))
         stack.push_async_callback(clusters.close)
-        publisher = await stack.enter_async_context(
-            producing.Publisher(kafka, identity.service, identity.instance, on_event=[service_metrics.on_bus_event])
-        )
+        await stack.enter_async_context(publisher)
         worker = make_worker(clusters, publisher, service_metrics)
         stack.callback(worker.close)
         consumer = await stack.enter_async_context(
@@ -124,5 +171,6 @@ async def run(
             )
         )
         service_metrics.watch_lag(consumer, identity.group_id)
+        started()
         on_ready()
         await consumer.run()

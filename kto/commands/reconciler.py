@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         concurrency=args.concurrency, group_id=args.group, create_concurrency=args.create_concurrency,
         check_after=args.check_after, metrics_port=serving.metrics_port(args),
+        health_port=serving.health_port(args),
         operator=OperatorSettings(
             gang_scheduler_name=args.gang_scheduler_name,
             pytorch_init_container_image=args.pytorch_init_container_image,

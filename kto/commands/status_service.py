@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     settings = StatusSettings(
         kubeconfig=args.kubeconfig, concurrency=args.concurrency, group_id=args.group, record_events=not args.no_events,
         write_interval=args.write_interval, metrics_port=serving.metrics_port(args),
+        health_port=serving.health_port(args),
     )
     serving.configure_tracing("kto-status", settings.instance)
     return serving.serve(

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             lease_namespace=args.lease_namespace,
             lease_duration=args.lease_duration,
             metrics_port=serving.metrics_port(args),
+            health_port=serving.health_port(args),
         )
         kafka = KafkaSettings.from_env()
         provider = tracing.configure("kto-watcher", settings.identity)

@@ -52,5 +52,9 @@ class ReconcilerSettings:
     metrics_port: int = 0
     """Port of the Prometheus ``/metrics`` endpoint (``--metrics-port``, or ``KTO_METRICS_PORT``); 0: none."""
 
+    health_port: int = 0
+    """Port of the probes ``/healthz`` and ``/readyz`` (``--health-port``, or ``KTO_HEALTH_PORT``); 0: only
+    beside ``/metrics``."""
+
     instance: str = dataclasses.field(default_factory=lambda: default_instance("reconciler"))
     """This worker's instance id (stamped on its records)."""

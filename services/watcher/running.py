@@ -5,7 +5,9 @@ In: :class:`~services.watcher.settings.WatcherSettings` and
 Out: observations on the jobs topic while this process leads the cluster's
 Lease; nothing while it stands by. Runs until cancelled.
 
-Wiring: serve the metrics (when a port is set), connect to the cluster (a bad kubeconfig raises
+Wiring: serve the metrics and the probes (when a port is set; readiness: the
+broker and the API server answer, the Lease has been read and, as leader, every
+watched type listed), connect to the cluster (a bad kubeconfig raises
 :class:`ClusterConfigError` at once), start the publisher (it waits for the
 broker), then campaign for the Lease. Each term as leader runs the watches
 (starting with a full list published as ADDED / MODIFIED / RESYNCED / DELETED
@@ -23,7 +25,7 @@ from collections.abc import Callable
 
 from services.watcher import resyncing, watching
 from services.watcher.settings import WatcherSettings
-from shared import metrics
+from shared import health, metrics
 from shared.bus import errors, producing
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, leasing
@@ -62,6 +64,32 @@ def _config_problem(settings: WatcherSettings, exc: BaseException) -> str:
     where = settings.kubeconfig or "the default kubeconfig"
     context = f" (context {settings.context!r})" if settings.context else ""
     return f"cannot use kubeconfig {where}{context}: {exc}"
+
+
+async def _answers(client: clients.KubeClient) -> str | None:
+    """Readiness: the API server answers ``GET /version`` (allowed to every caller)."""
+    await client.request("GET", "/version", route="version")
+    return None
+
+
+async def _not_connected() -> str | None:
+    return "no client for the cluster yet"
+
+
+async def _not_campaigning() -> str | None:
+    return "not campaigning for the Lease yet (waiting for the broker)"
+
+
+async def _campaigning(elector: leasing.LeaderElector, watcher: watching.Watcher) -> str | None:
+    """Readiness: the Lease has been read or written (a standby that sees another holder is
+    ready: it takes over when the Lease expires); as leader, every watched type is listed."""
+    if elector.is_leader:
+        if watcher.unlisted:
+            return f"leading; not listed yet: {', '.join(sorted(watcher.unlisted))}"
+        return None
+    if elector.leader is None:
+        return "the Lease has not been read yet"
+    return None
 
 
 async def _wait_for_recovery(outage: watching.BrokerOutage) -> None:
@@ -111,17 +139,23 @@ async def run(
     """Watch ``settings.cluster`` while leading its Lease; runs until cancelled.
     ``on_active`` is called each time this process becomes the active watcher."""
     service_metrics = metrics.ServiceMetrics(kafka_settings.dlq_topic)
+    checks = health.Health()
+    outage = watching.BrokerOutage()
+    publisher = producing.Publisher(
+        kafka_settings, watching.SOURCE, settings.identity, on_event=[outage, service_metrics.on_bus_event],
+    )
+    checks.add("broker", publisher.ping)
+    checks.add("cluster", _not_connected)
+    checks.add("lease", _not_campaigning)
     async with (
-        metrics.serving(service_metrics, settings.metrics_port),
+        metrics.serving(service_metrics, settings.metrics_port, checks, settings.health_port),
         await connect(settings, service_metrics.on_request) as client,
     ):
+        checks.add("cluster", lambda: _answers(client))
         log.info("watcher %s starting for cluster %s (%s), namespace %s, lease %s/%s",
                  settings.identity, settings.cluster, client.host, settings.namespace or "(all)",
                  settings.lease_namespace, settings.lease)
-        outage = watching.BrokerOutage()
-        async with producing.Publisher(
-            kafka_settings, watching.SOURCE, settings.identity, on_event=[outage, service_metrics.on_bus_event],
-        ) as publisher:
+        async with publisher:
             watcher = watching.Watcher(client, publisher, settings, service_metrics)
             elector = leasing.LeaderElector(
                 client, settings.lease_namespace, settings.lease, settings.identity,
@@ -129,6 +163,7 @@ async def run(
                 renew_deadline=settings.lease_renew_deadline,
                 retry_period=settings.lease_retry_period,
             )
+            checks.add("lease", lambda: _campaigning(elector, watcher))
 
             async def while_leader() -> None:
                 log.info("watcher %s is now the active watcher of cluster %s", settings.identity, settings.cluster)

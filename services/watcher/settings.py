@@ -58,6 +58,10 @@ class WatcherSettings:
     metrics_port: int = 0
     """Port of the Prometheus ``/metrics`` endpoint (``--metrics-port``, or ``KTO_METRICS_PORT``); 0: none."""
 
+    health_port: int = 0
+    """Port of the probes ``/healthz`` and ``/readyz`` (``--health-port``, or ``KTO_HEALTH_PORT``); 0: only
+    beside ``/metrics``."""
+
     identity: str = dataclasses.field(default_factory=default_identity)
     """This process in the Lease and in the ``instance`` field of its records."""
 
@@ -82,6 +86,8 @@ class WatcherSettings:
             raise ValueError("retry period must be positive and below the renew deadline")
         if not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics port {self.metrics_port} is not a port number (0 = none)")
+        if not 0 <= self.health_port <= 65535:
+            raise ValueError(f"health port {self.health_port} is not a port number (0 = none)")
         if self.watch_timeout < 1:
             raise ValueError(f"watch timeout must be at least 1 s, not {self.watch_timeout}")
 

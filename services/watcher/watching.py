@@ -93,6 +93,10 @@ def slot(kind: str, api_version: str = "") -> str:
     return f"{kind}.{api_version.partition('/')[0]}"
 
 
+def _type_name(rt: resources.ResourceType) -> str:
+    return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+
+
 def selector_for(rt: resources.ResourceType) -> str | None:
     """The server-side label selector of a watched type (None for the job kinds and PodGroups)."""
     return None if rt.kind in resources.JOB_TYPES or rt in UNLABELLED_TYPES else CHILD_SELECTOR
@@ -224,6 +228,9 @@ class Watcher:
         self.inventory = Inventory()
         self._unconfirmed: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=MAX_UNCONFIRMED)
         """Records handed to the producer whose acknowledgement is not checked yet, in order."""
+        self.unlisted: set[str] = {_type_name(rt) for rt in WATCHED_TYPES}
+        """Watched types (``plural.group``) this term has not listed yet (a type the cluster does
+        not serve counts as listed): readiness waits for none to be left."""
 
     @property
     def settings(self) -> WatcherSettings:
@@ -231,6 +238,7 @@ class Watcher:
 
     async def run(self) -> None:
         """Full list of every watched type (publishing everything), then watch forever."""
+        self.unlisted = {_type_name(rt) for rt in WATCHED_TYPES}
         async with asyncio.TaskGroup() as group:
             group.create_task(self._confirm(), name=f"confirm sends of {self._settings.cluster}")
             for rt in WATCHED_TYPES:
@@ -244,6 +252,7 @@ class Watcher:
                 async for attempt in _reconnecting(rt):
                     with attempt:
                         cursor.resource_version = await self._relist(rt, full=True)
+                self.unlisted.discard(_type_name(rt))
                 if missing:
                     log.info("%s.%s is served now; watching it", rt.plural, rt.group)
                     missing = False
@@ -254,6 +263,7 @@ class Watcher:
             except clients.ApiError as exc:
                 if not (exc.not_found and rt in OPTIONAL_TYPES):
                     raise
+                self.unlisted.discard(_type_name(rt))
                 if not missing:
                     log.info("%s.%s is not served by this cluster (its CRD is not installed); "
                              "looking again every %gs", rt.plural, rt.group, self._settings.discovery_interval)

@@ -124,6 +124,16 @@ class Publisher(lifecycle.Started):
                     raise
                 self._producer = producer
 
+    async def ping(self) -> None:
+        """One metadata request to the brokers (a readiness probe's question, shared with the
+        producer's own metadata refresh); :class:`~shared.bus.errors.BusError` when not
+        connected yet or no broker answered. Callers bound the wait."""
+        producer = self._producer
+        if producer is None:
+            raise errors.BusError(f"not connected to {self._settings.bootstrap} yet")
+        if not await producer.client.force_metadata_update():
+            raise errors.BusError(f"no broker of {self._settings.bootstrap} answered a metadata request")
+
     def _unreachable(self, attempt: int, exc: BaseException, wait: float) -> None:
         self._emit(
             events.BROKER_UNREACHABLE,
