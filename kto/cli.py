@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "watcher": "kto.commands.watcher",
     "reconciler": "kto.commands.reconciler",
     "status-service": "kto.commands.status_service",
+    "webhook": "kto.commands.webhook",
     "up": "kto.commands.up",
     "demo": "kto.commands.demo",
     "bench": "kto.commands.bench",

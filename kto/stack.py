@@ -122,6 +122,11 @@ class StackSettings:
     watcher_args: tuple[str, ...] = ()
     """Further ``kto watcher`` arguments (e.g. a shorter ``--lease-duration`` for chaos runs)."""
 
+    webhooks: int = 0
+    """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
+    in ``<state-dir>/webhook``), registered on every cluster after the CRDs (docs/admission.md);
+    0: no admission webhook."""
+
     start_timeout: float = 30.0
     """Seconds a child may take to print its ``ready`` line, and CRDs to become Established."""
 
@@ -415,6 +420,8 @@ class Stack:
         self.contexts = settings.contexts
         self.bootstrap = ""
         self.sim_urls: dict[str, str] = {}
+        self.webhook_url = ""
+        """The admission webhook's base URL (``settings.webhooks`` > 0), registered on every cluster."""
         self.children: list[Child] = []
         self._tiers: list[list[Child]] = []
         """Children in start order, grouped; stopped last tier first."""
@@ -537,6 +544,8 @@ class Stack:
         async with asyncio.TaskGroup() as group:
             for context in self.contexts:
                 group.create_task(self._apply_crds(context), name=f"kto-stack-crds-{context}")
+        if s.webhooks > 0:
+            await self._start_webhooks()
 
         services: list[Child] = []
         for context in self.contexts:
@@ -559,6 +568,27 @@ class Stack:
             await self._start_tier(children, self.settings.start_timeout if timeout is None else timeout)
         except* StackError as group:
             raise StackError("\n".join(str(e) for e in group.exceptions)) from None
+
+    async def _start_webhooks(self) -> None:
+        """``webhooks`` × ``kto webhook`` on one free port, then their configurations on every cluster."""
+        from realparts import ports
+        from services.webhook import registering
+
+        port = str(ports.free())
+        webhooks = [self._child(f"webhook-{i}", "webhook", "--host", "127.0.0.1", "--port", port, "--reuse-port",
+                                "--self-signed", str(self.state_dir / "webhook"))
+                    for i in range(1, self.settings.webhooks + 1)]
+        await self._start_tier_checked(webhooks)
+        if len(webhooks[0].ready) < 2:
+            raise StackError(f"{webhooks[0].name}'s ready line is not 'ready <url> <ca file>' (see {webhooks[0].log})")
+        self.webhook_url = webhooks[0].ready[0]
+        manifests = registering.configurations(self.webhook_url, pathlib.Path(webhooks[0].ready[1]).read_bytes())
+        for context in self.contexts:
+            async with await clients.KubeClient.connect(self.kubeconfig, context) as client:
+                try:
+                    await registering.register(client, manifests)
+                except clients.ApiError as exc:
+                    raise StackError(f"{context}: cannot register the admission webhook: {exc}") from exc
 
     async def _apply_crds(self, context: str) -> None:
         files = sorted(p for p in CRD_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json"))

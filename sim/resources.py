@@ -145,6 +145,12 @@ BUILTINS: tuple[Resource, ...] = (
     Resource("apiextensions.k8s.io", ("v1",), "customresourcedefinitions",
              "customresourcedefinition", "CustomResourceDefinition", namespaced=False,
              short_names=("crd", "crds"), status_subresource=True, generation=True),
+    Resource("admissionregistration.k8s.io", ("v1",), "validatingwebhookconfigurations",
+             "validatingwebhookconfiguration", "ValidatingWebhookConfiguration", namespaced=False,
+             categories=("api-extensions",), generation=True),
+    Resource("admissionregistration.k8s.io", ("v1",), "mutatingwebhookconfigurations",
+             "mutatingwebhookconfiguration", "MutatingWebhookConfiguration", namespaced=False,
+             categories=("api-extensions",), generation=True),
 )
 
 

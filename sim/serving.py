@@ -23,6 +23,7 @@ from aiohttp import web
 
 from sim import applying, discovery, errors, execing, faults, openapi, patching, protobuf, resources, tables
 from sim import store as sim_store
+from sim import admitting
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,17 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 def _status_response(exc: errors.ApiError) -> web.Response:
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
-    return web.Response(body=_dumps(exc.status()), status=exc.code, content_type="application/json",
-                        headers=headers)
+    response = web.Response(body=_dumps(exc.status()), status=exc.code, content_type="application/json",
+                            headers=headers)
+    return _warned(response, getattr(exc, "warnings", ()))
+
+
+def _warned(response: web.Response, warnings: Any) -> web.Response:
+    """``response`` with a ``Warning: 299 - "<text>"`` header per admission warning, as kube-apiserver adds them."""
+    for warning in warnings or ():
+        quoted = str(warning).replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{quoted}"')
+    return response
 
 
 class Route:
@@ -109,6 +119,8 @@ class Server:
         self._watches: set[sim_store.Watch] = set()
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self.admission = admitting.Admission(store)
+        """The admission webhook plugins (sim/admitting.py)."""
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -133,6 +145,7 @@ class Server:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        await self.admission.close()
 
     # --- the request log ------------------------------------------------------------------------
 
@@ -411,15 +424,30 @@ class Server:
             return await self._create_subresource(request, route, res)
         self._check_namespace(route, res, True)
         body = await self._object_body(request, route, res)
+        given = body.get("metadata")
+        review = self._admission(request, route, res, "CREATE",
+                                 str(given.get("name") or "") if isinstance(given, dict) else "")
         if request.query.get("dryRun") == "All":
             probe = dict(body)
             probe["metadata"] = dict(body.get("metadata") or {})
+            if review is not None:
+                return _warned(_json(await review.dry_create(probe), 201), review.warnings)
             return _json(probe, 201)
         manager = request.query.get("fieldManager")
         if manager:
             applying.record_update(None, body, manager, res.status_subresource, None)
+        if review is not None:
+            obj = await review.create(body, res.version or None)
+            return _warned(_json(self._out(obj, route, res), 201), review.warnings)
         obj = self.store._create(res.key, body, route.namespace, res.version or None)
         return _json(self._out(obj, route, res), 201)
+
+    def _admission(self, request: web.Request, route: Route, res: resources.Resource, operation: str,
+                   name: str) -> admitting.Review | None:
+        """The webhooks a write calls (None: none), before it reaches the store."""
+        return self.admission.begin(admitting.Request(
+            operation, res, route.namespace, name, route.subresource, bool(request.query.get("dryRun")),
+            request.query.get("fieldManager") or None))
 
     async def _update(self, request: web.Request, route: Route, res: resources.Resource) -> web.StreamResponse:
         self._check_namespace(route, res, True)
@@ -447,6 +475,10 @@ class Server:
                 if "managedFields" not in meta and "managedFields" in old["metadata"]:
                     meta["managedFields"] = old["metadata"]["managedFields"]
                 applying.record_update(old, body, manager, res.status_subresource, sub)
+        review = self._admission(request, route, res, "UPDATE", route.name)
+        if review is not None:
+            obj = await review.update(body, res.version or None)
+            return _warned(_json(self._out(obj, route, res)), review.warnings)
         obj = self.store._update(res.key, body, sub, res.version or None)
         return _json(self._out(obj, route, res))
 
@@ -468,6 +500,12 @@ class Server:
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._body(request)
+        review = self._admission(request, route, res, "UPDATE", route.name)
+        if review is not None:
+            obj, _ = await review.staged(lambda: self.store._patched(
+                res.key, route.namespace, route.name, body, patch_type, sub,
+                request.query.get("fieldManager") or None, res.version or None))
+            return _warned(_json(self._out(obj, route, res)), review.warnings)
         obj = self.store._patch(res.key, route.namespace, route.name, body, patch_type, sub,
                                 request.query.get("fieldManager") or None, res.version or None)
         return _json(self._out(obj, route, res))
@@ -512,6 +550,12 @@ class Server:
         if res.namespaced:
             meta["namespace"] = route.namespace
         force = _bool(request.query, "force")
+        exists = self.store.peek(res.key, route.namespace, route.name) is not None
+        review = self._admission(request, route, res, "UPDATE" if exists else "CREATE", route.name)
+        if review is not None:
+            obj, created = await review.staged(lambda: self.store._applied(
+                res.key, route.namespace, route.name, config, manager, force, sub, res.version or None))
+            return _warned(_json(self._out(obj, route, res), 201 if created else 200), review.warnings)
         obj, created = self.store._apply(res.key, route.namespace, route.name, config, manager, force, sub,
                                          res.version or None)
         return _json(self._out(obj, route, res), 201 if created else 200)

@@ -28,7 +28,7 @@ import random
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from sim import applying, errors, patching, resources, schema, selectors
 from sim import settings as sim_settings
@@ -175,6 +175,19 @@ class Watch:
 
     async def aclose(self) -> None:
         self.close()
+
+
+class Staged(NamedTuple):
+    """A patch or an apply made to an object but not stored: what admission is shown first."""
+
+    res: resources.Resource
+    """The kind (its storage version)."""
+    written: resources.Resource
+    """The version the write comes through."""
+    stored: Obj | None
+    """The object as stored now (None: an apply that creates it)."""
+    new: Obj
+    """The object the write makes, before the strategy (status kept, defaults, generation)."""
 
 
 class Store:
@@ -477,8 +490,12 @@ class Store:
         if causes:
             raise errors.invalid(res.kind, res.key, name, causes)
 
-    def _create(self, resource: str, obj: Obj, namespace: str | None, version: str | None = None) -> Obj:
-        """Store a new object written through ``version`` (None: the one its apiVersion names, else storage)."""
+    def _create(self, resource: str, obj: Obj, namespace: str | None, version: str | None = None,
+                dry_run: bool = False) -> Obj:
+        """Store a new object written through ``version`` (None: the one its apiVersion names, else storage).
+
+        ``dry_run``: check and prepare it as for storing (name generated, defaults, validation) and
+        return it as validating admission sees it — no resourceVersion — without storing it."""
         res = self.resource(resource)
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
@@ -517,7 +534,7 @@ class Store:
             raise errors.already_exists(resource, name)
         obj.setdefault("apiVersion", res.api_version())
         obj.setdefault("kind", res.kind)
-        rv = self._next_rv()
+        rv = self._rv + 1 if dry_run else self._next_rv()
         meta["name"] = name
         if res.namespaced:
             meta["namespace"] = ns
@@ -536,6 +553,9 @@ class Store:
         if written.schema:
             obj = schema.prune_and_default(written.schema, obj)
             _check_schema(written, obj, name, None)
+        if dry_run:
+            obj["metadata"].pop("resourceVersion", None)
+            return obj
         if written is not res:
             obj = _to_storage(res, obj)
         objects[(ns, name)] = obj
@@ -600,7 +620,8 @@ class Store:
         self._next_ip += 1
         return f"10.96.{(n >> 8) & 255}.{n & 255}"
 
-    def _update(self, resource: str, obj: Obj, subresource: str | None, version: str | None = None) -> Obj:
+    def _update(self, resource: str, obj: Obj, subresource: str | None, version: str | None = None,
+                dry_run: bool = False) -> Obj:
         res = self.resource(resource)
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise errors.bad_request("the body of the request must be an object with metadata")
@@ -618,10 +639,10 @@ class Store:
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(resource, name)
-        return self._commit_update(res, old, obj, subresource, _written_as(res, obj, version))
+        return self._commit_update(res, old, obj, subresource, _written_as(res, obj, version), dry_run)
 
     def _commit_update(self, res: resources.Resource, old: Obj, new: Obj, subresource: str | None,
-                       written: resources.Resource | None = None) -> Obj:
+                       written: resources.Resource | None = None, dry_run: bool = False) -> Obj:
         """Store ``new`` (a fresh top-level dict, may share subtrees with ``old``) as the next version.
 
         ``written``: the version the write came through (default the storage version). As in
@@ -629,7 +650,10 @@ class Store:
         before the strategy takes the parts a write leaves alone (status, or all but status)
         from the old object as that version reads it; validation is that version's, ratcheted
         against the old object; a multi-version kind's object is then stored in the storage
-        version (pruned and defaulted by its schema: the defaults kube applies reading etcd)."""
+        version (pruned and defaulted by its schema: the defaults kube applies reading etcd).
+
+        ``dry_run``: every check, and the object as validating admission sees it (in the version
+        written), but nothing stored."""
         written = written or res
         stored = old
         if written.schema:
@@ -692,11 +716,13 @@ class Store:
         if res.key == CRDS and subresource is None:
             new["status"] = _crd_status(new, old.get("status"))
         if new == old:
-            return old
+            return view(written, old) if dry_run else old
         skip = ("metadata", "status") if written.status_subresource else ("metadata",)
         if res.generation and any(new.get(k) != old.get(k) for k in set(new) | set(old) if k not in skip) \
                 and not _is_binding(res, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        if dry_run:
+            return view(written, new)
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
         ident = (meta.get("namespace", ""), meta["name"])
@@ -725,6 +751,23 @@ class Store:
     ) -> Obj:
         """Patch an object through ``version`` (None: the storage version): the patch applies to
         the object as that version reads it."""
+        staged = self._patched(resource, namespace, name, patch, patch_type, subresource, manager, version)
+        assert staged.stored is not None
+        return self._commit_update(staged.res, staged.stored, staged.new, subresource, staged.written)
+
+    def _patched(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch: object,
+        patch_type: str,
+        subresource: str | None,
+        manager: str | None = None,
+        version: str | None = None,
+    ) -> Staged:
+        """The first half of ``_patch``: the stored object and the patched one, before the
+        strategy (what mutating admission is shown); nothing stored."""
         res = self.resource(resource)
         written = res.at(version)
         if patch_type == "apply":
@@ -750,12 +793,21 @@ class Store:
                 raise errors.bad_request(
                     f"the name of the object ({new_meta.get('name')}) does not match the name on the URL ({name})"
                 )
-        return self._commit_update(res, stored, new, subresource, written)
+        return Staged(res, written, stored, new)
 
     def _apply(self, resource: str, namespace: str | None, name: str, config: Obj, manager: str, force: bool,
                subresource: str | None, version: str | None = None) -> tuple[Obj, bool]:
         """Server-side apply of ``config`` as ``manager`` through ``version`` (None: the one the
         config's apiVersion names): (the stored object, whether it was created)."""
+        staged = self._applied(resource, namespace, name, config, manager, force, subresource, version)
+        if staged.stored is None:
+            return self._create(resource, staged.new, namespace, staged.written.version or None), True
+        return self._commit_update(staged.res, staged.stored, staged.new, subresource, staged.written), False
+
+    def _applied(self, resource: str, namespace: str | None, name: str, config: Obj, manager: str, force: bool,
+                 subresource: str | None, version: str | None = None) -> Staged:
+        """The first half of ``_apply``: the stored object (None: apply creates) and the applied one,
+        before the strategy; nothing stored."""
         res = self.resource(resource)
         written = _written_as(res, config, version)
         stored = self.peek(resource, namespace, name)
@@ -763,10 +815,9 @@ class Store:
             raise errors.not_found(resource, name)
         old = None if stored is None else view(written, stored)
         new = applying.apply(old, config, manager, force, written.status_subresource, subresource)
-        if stored is None:
-            return self._create(resource, new, namespace, written.version or None), True
-        new["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
-        return self._commit_update(res, stored, new, subresource, written), False
+        if stored is not None:
+            new["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+        return Staged(res, written, stored, new)
 
     def _delete(
         self,

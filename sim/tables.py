@@ -267,6 +267,13 @@ def _event_cells(ev: Obj) -> list[Any]:
             ev.get("message") or ev.get("note") or ""]
 
 
+def _webhook_configuration_cells(configuration: Obj) -> list[Any]:
+    return [configuration["metadata"]["name"], len(configuration.get("webhooks") or []),
+            age(configuration["metadata"].get("creationTimestamp"))]
+
+
+_WEBHOOK_CONFIGURATION = ([_NAME_COLUMN, _column("Webhooks", "integer"), _AGE_COLUMN], _webhook_configuration_cells)
+
 _PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
     "pods": ([_NAME_COLUMN, _column("Ready"), _column("Status"), _column("Restarts", "integer"),
               _AGE_COLUMN, _column("IP", priority=1), _column("Node", priority=1),
@@ -279,6 +286,8 @@ _PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
                    _job_cells),
     "events": ([_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"), _column("Message")],
                _event_cells),
+    "validatingwebhookconfigurations.admissionregistration.k8s.io": _WEBHOOK_CONFIGURATION,
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io": _WEBHOOK_CONFIGURATION,
 }
 
 

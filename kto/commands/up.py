@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kto import stack as stack_module
 
-HELP = "Run broker, simulated clusters, watchers, reconcilers and status workers locally."
+HELP = "Run broker, simulated clusters, watchers, reconcilers, status workers and the admission webhook locally."
 
 _EPILOG = """\
 State directory layout: DIR/kubeconfig (contexts kto-1 ... kto-N, current
 kto-1), DIR/logs/<process>.log, DIR/clusters/<context>/kubeconfig (each sim's
-own), DIR/up.lock (held while running). Stop with Ctrl-C or SIGTERM: watchers
+own), DIR/webhook/ (the admission webhook's self-signed CA and certificate),
+DIR/up.lock (held while running). Stop with Ctrl-C or SIGTERM: watchers
 and workers stop first, then the clusters, then the broker.
 """
 
@@ -37,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clusters", type=int, default=1, help="local clusters (default 1)")
     parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
     parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
+    parser.add_argument("--webhooks", type=int, default=1,
+                        help="admission webhook processes, registered on every cluster (default 1; 0: none, "
+                             "invalid jobs are then refused by the reconciler instead of at apply time)")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto"),
                         help="kubeconfig, logs and lock live here (default .kto)")
     parser.add_argument("--partitions", type=int, default=16, help="partitions of the jobs topic (default 16)")
@@ -77,12 +81,15 @@ def run(args: argparse.Namespace) -> int:
     from kto import stack
     from kto.cli import UserError
 
+    if args.webhooks < 0:
+        raise UserError("--webhooks must not be negative")
     try:
         settings = stack.StackSettings(
             state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
             control_plane=args.control_plane, broker=args.broker, runtime=args.runtime,
+            webhooks=args.webhooks,
         )
     except stack.StackError as exc:
         raise UserError(str(exc)) from None

@@ -4,8 +4,20 @@ In: a loaded (and validated) job. Out: a defaulted deep copy; the input is
 never touched and the copy shares no dict or list with it (pod templates are
 plain dicts, so aliasing would let a later mutation leak back).
 
-Upstream applies these defaults in memory only, on every reconcile; so do
-we: nothing here is meant to be written back to the API server.
+Upstream applies these defaults in memory only, on every reconcile; so does
+the reconciler (``set_defaults``). The mutating admission webhook (docs/admission.md)
+writes a part of them to the API server (``stored_defaults``): the scalar
+fields of maps that depend on nothing else in the job (``cleanPodPolicy``,
+``successPolicy``, per replica type ``replicas`` and ``restartPolicy``). The
+rest stays in memory: defaults derived from other fields (elastic min/max
+from the Worker replicas, PyTorch's ``nprocPerNode: auto`` unless the
+deprecated field is set, MPIJob's two clean-pod policies kept equal) would
+stop following the fields they come from when a later ``kubectl apply``
+changes those; a camel-cased key would come back beside its new name; and
+the default port, inside the ``containers`` list, would make every
+``kubectl apply`` of an unchanged file a write (a custom resource is patched
+with a JSON merge patch, which replaces a list whole).
+``set_defaults(stored_defaults(job)) == set_defaults(job)``.
 """
 
 from __future__ import annotations
@@ -21,7 +33,15 @@ JobT = TypeVar("JobT", bound=jobs.Job)
 def set_defaults(job: JobT) -> JobT:
     """Return a defaulted deep copy of ``job`` (spec §2.1, one rule set per kind)."""
     copy = job.model_copy(deep=True)
-    _RULES[copy.KIND](copy)
+    _RULES[copy.KIND](copy, True)
+    return copy
+
+
+def stored_defaults(job: JobT) -> JobT:
+    """A deep copy of ``job`` with only the defaults admission stores: §2.1 without
+    camel-casing and without the derived defaults (module docstring)."""
+    copy = job.model_copy(deep=True)
+    _RULES[copy.KIND](copy, False)
     return copy
 
 
@@ -134,11 +154,14 @@ def _default_elastic_bounds(
 # ---------------------------------------------------------------------------
 
 
-def _pytorch(job: jobs.Job) -> None:
+def _pytorch(job: jobs.Job, derived: bool) -> None:
     assert isinstance(job, jobs.PyTorchJob)
     _default_clean_pod_policy(job)
-    _camel_case_replica_types(job)
-    _default_replica_specs(job, port=True)
+    if derived:
+        _camel_case_replica_types(job)
+    _default_replica_specs(job, port=derived)
+    if not derived:
+        return
     spec = job.spec
     _default_elastic_bounds(spec.elastic_policy, job)
     deprecated_nproc = spec.elastic_policy.n_proc_per_node if spec.elastic_policy else None
@@ -146,29 +169,32 @@ def _pytorch(job: jobs.Job) -> None:
         spec.nproc_per_node = "auto"
 
 
-def _tensorflow(job: jobs.Job) -> None:
+def _tensorflow(job: jobs.Job, derived: bool) -> None:
     assert isinstance(job, jobs.TFJob)
     _default_clean_pod_policy(job)
     if job.spec.success_policy is None:
         job.spec.success_policy = ""
-    _camel_case_replica_types(job)
-    _default_replica_specs(job, port=True)
+    if derived:
+        _camel_case_replica_types(job)
+    _default_replica_specs(job, port=derived)
 
 
-def _generic(job: jobs.Job) -> None:
+def _generic(job: jobs.Job, derived: bool) -> None:
     """XGBoostJob and JAXJob: clean-pod policy, camel-casing, per-RT defaults."""
     _default_clean_pod_policy(job)
-    _camel_case_replica_types(job)
-    _default_replica_specs(job, port=True)
+    if derived:
+        _camel_case_replica_types(job)
+    _default_replica_specs(job, port=derived)
 
 
-def _paddle(job: jobs.Job) -> None:
+def _paddle(job: jobs.Job, derived: bool) -> None:
     assert isinstance(job, jobs.PaddleJob)
-    _generic(job)
-    _default_elastic_bounds(job.spec.elastic_policy, job)
+    _generic(job, derived)
+    if derived:
+        _default_elastic_bounds(job.spec.elastic_policy, job)
 
 
-def _mpi(job: jobs.Job) -> None:
+def _mpi(job: jobs.Job, derived: bool) -> None:
     """MPIJob: both clean-pod policies, Launcher 1 / Worker 0, no ports, no camel-casing.
 
     Also the controller's per-reconcile sync: the effective policy is
@@ -180,11 +206,12 @@ def _mpi(job: jobs.Job) -> None:
     if job.spec.clean_pod_policy is None and run_policy.clean_pod_policy is None:
         job.spec.clean_pod_policy = "None"
         run_policy.clean_pod_policy = "None"
-    effective = run_policy.clean_pod_policy
-    if effective is None:
-        effective = job.spec.clean_pod_policy
-    job.spec.clean_pod_policy = effective
-    run_policy.clean_pod_policy = effective
+    if derived:
+        effective = run_policy.clean_pod_policy
+        if effective is None:
+            effective = job.spec.clean_pod_policy
+        job.spec.clean_pod_policy = effective
+        run_policy.clean_pod_policy = effective
     specs = job.specs()
     for replica_type, replicas in (("Launcher", 1), ("Worker", 0)):
         spec = specs.get(replica_type)
@@ -193,7 +220,7 @@ def _mpi(job: jobs.Job) -> None:
             _default_restart_policy(spec, job.DEFAULT_RESTART_POLICY)
 
 
-_RULES: dict[str, Callable[[jobs.Job], None]] = {
+_RULES: dict[str, Callable[[jobs.Job, bool], None]] = {
     jobs.PyTorchJob.KIND: _pytorch,
     jobs.TFJob.KIND: _tensorflow,
     jobs.XGBoostJob.KIND: _generic,
@@ -203,4 +230,4 @@ _RULES: dict[str, Callable[[jobs.Job], None]] = {
 }
 """Defaulting rules, keyed by kind."""
 
-__all__ = ["set_defaults"]
+__all__ = ["set_defaults", "stored_defaults"]

@@ -220,10 +220,11 @@ def decide(
 
     ``old``: the version of the job the previous decision was made on, when the
     job was updated since; the update is validated against it (§3.2 C7
-    ``managedBy`` and §3.5 ``queue`` are immutable). kto has no admission
-    webhook, so an update that breaks those rules is already stored: the job
-    fails validation instead — also one that handed the job over to another
-    controller, whose pods would otherwise be left running unowned."""
+    ``managedBy`` and §3.5 ``queue`` are immutable). kto's admission webhook
+    refuses such an update, but where it is not registered (or does not cover
+    the namespace) the update is stored: the job fails validation instead —
+    also one that handed the job over to another controller, whose pods would
+    otherwise be left running unowned."""
     decision = Decision()
     if job.metadata.deletion_timestamp is not None:
         return decision

@@ -26,12 +26,21 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from shared.api import common, jobs, limits
 
 ErrorType = Literal["Required", "Invalid", "Forbidden", "NotSupported", "Duplicate"]
+
+TYPE_TEXT: dict[ErrorType, str] = {
+    "Required": "Required value",
+    "Invalid": "Invalid value",
+    "Forbidden": "Forbidden",
+    "NotSupported": "Unsupported value",
+    "Duplicate": "Duplicate value",
+}
+"""How Kubernetes writes each error type in a message (apimachinery ``field.ErrorType.String``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +49,7 @@ class FieldError:
 
     ``value`` is the offending value, quoted, for the types whose Kubernetes
     message carries it (Invalid, NotSupported, Duplicate); it goes between
-    the type and the detail: ``metadata.name: Invalid: "0-test": should match: …``.
+    the type and the detail: ``metadata.name: Invalid value: "0-test": should match: …``.
     """
 
     path: str
@@ -50,8 +59,9 @@ class FieldError:
 
     @property
     def message(self) -> str:
-        """The error without its field path: ``<Type>: [<value>: ]<detail>``."""
-        parts: list[str] = [self.type]
+        """The error without its field path, as apimachinery's ``field.Error.ErrorBody``
+        writes it: ``<type text>: [<value>: ]<detail>`` (``Required value: must be specified``)."""
+        parts: list[str] = [TYPE_TEXT[self.type]]
         if self.value is not None:
             parts.append(self.value)
         if self.detail:
@@ -75,8 +85,16 @@ class Report:
 
 
 def describe(report: Report) -> str:
-    """The errors joined as a Kubernetes aggregate (``, ``), as in a webhook denial."""
+    """The errors joined with ``, `` (the reason of a ``<Kind>FailedValidation`` condition)."""
     return ", ".join(str(error) for error in report.errors)
+
+
+def aggregate(errors: Sequence[FieldError | str]) -> str:
+    """The errors as Kubernetes' ``ErrorList.ToAggregate().Error()`` writes them, which is
+    what an upstream webhook's denial says: repeats dropped, one error as it is, several
+    in brackets joined with ``, ``."""
+    messages = list(dict.fromkeys(str(error) for error in errors))
+    return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
 
 
 def validate(job: jobs.Job, old: jobs.Job | None = None) -> Report:

@@ -52,6 +52,10 @@ LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
 VOLCANO_PODGROUPS = ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 PLUGINS_PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
+VALIDATING_WEBHOOK_CONFIGURATIONS = ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                                                 "ValidatingWebhookConfiguration", namespaced=False)
+MUTATING_WEBHOOK_CONFIGURATIONS = ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                                               "MutatingWebhookConfiguration", namespaced=False)
 
 TRAININGJOBS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.TrainingJob.PLURAL, elastic.TrainingJob.KIND)
 SCALEINS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleIn.PLURAL, elastic.ScaleIn.KIND)
@@ -86,7 +90,7 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
 _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
     (rt.api_version, rt.kind): rt for rt in (
         *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES,
-        CRDS, PRIORITY_CLASSES,
+        CRDS, PRIORITY_CLASSES, VALIDATING_WEBHOOK_CONFIGURATIONS, MUTATING_WEBHOOK_CONFIGURATIONS,
     )
 }
 

@@ -49,16 +49,16 @@ def test_a_field_nested_100000_levels_deep_is_measured_without_recursion() -> No
 
 def test_a_job_of_more_than_the_size_limit_names_the_field_that_holds_it() -> None:
     [error] = errors(pytorch(annotations={"example.com/blob": "x" * 1_200_000}))
-    assert error.startswith("metadata.annotations[example.com/blob]: Invalid: the job is ")
+    assert error.startswith("metadata.annotations[example.com/blob]: Invalid value: the job is ")
     assert f"kto's limit is {limits.MAX_OBJECT_BYTES} bytes" in error
 
 
 @pytest.mark.parametrize("replicas", [pytest.param(1_000_000, id="a-million"), pytest.param(10**4300, id="4300-digits")])
 def test_replicas_above_the_limit_are_refused_per_type_and_in_all(replicas: int) -> None:
     found = errors(pytorch(worker_replicas=replicas))
-    assert found[0].startswith("spec.pytorchReplicaSpecs[Worker].replicas: Invalid: ")
+    assert found[0].startswith("spec.pytorchReplicaSpecs[Worker].replicas: Invalid value: ")
     assert f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type" in found[0]
-    assert found[1].startswith("spec.pytorchReplicaSpecs: Invalid: ")
+    assert found[1].startswith("spec.pytorchReplicaSpecs: Invalid value: ")
 
 
 def test_json_size_matches_compact_json_for_plain_values() -> None:
@@ -73,4 +73,4 @@ def test_kto_plan_refuses_a_job_over_the_replica_limit_with_the_field_and_the_li
                             cwd=ROOT, timeout=60, check=False)
     assert result.returncode == 2 and result.stdout == ""
     assert "Traceback" not in result.stderr
-    assert "spec.pytorchReplicaSpecs[Worker].replicas: Invalid: 1000000: kto's limit is 10000" in result.stderr
+    assert "spec.pytorchReplicaSpecs[Worker].replicas: Invalid value: 1000000: kto's limit is 10000" in result.stderr

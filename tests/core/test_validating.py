@@ -62,22 +62,22 @@ MPI_WORKER = {"Worker": replica(container("w"))}
 @pytest.mark.parametrize(
     ("replicas", "expected"),
     [
-        pytest.param(None, ["spec.mpiReplicaSpecs: Required: MPIReplicaSpecs is not valid"], id="nil-map"),
+        pytest.param(None, ["spec.mpiReplicaSpecs: Required value: MPIReplicaSpecs is not valid"], id="nil-map"),
         pytest.param(
             {"Launcher": replica()},
-            ["spec.mpiReplicaSpecs[Launcher].template.spec.containers: Required: "
+            ["spec.mpiReplicaSpecs[Launcher].template.spec.containers: Required value: "
              "MPIReplicaSpecs is not valid: containers definition expected in Launcher"],
             id="launcher-without-containers",
         ),
         pytest.param(
             {"Launcher": replica(container("l", image=""))},
-            ["spec.mpiReplicaSpecs[Launcher].template.spec.containers[0].image: Required: "
+            ["spec.mpiReplicaSpecs[Launcher].template.spec.containers[0].image: Required value: "
              "MPIReplicaSpec is not valid: Image is undefined in the container of Launcher"],
             id="container-without-image",
         ),
         pytest.param(
             {"Launcher": replica(container(""))},
-            ["spec.mpiReplicaSpecs[Launcher].template.spec.containers[0].name: Required: "
+            ["spec.mpiReplicaSpecs[Launcher].template.spec.containers[0].name: Required value: "
              "MPIReplicaSpec is not valid: ImageName is undefined in the container of Launcher"],
             id="container-without-name",
         ),
@@ -89,17 +89,17 @@ MPI_WORKER = {"Worker": replica(container("w"))}
         ),
         pytest.param(
             MPI_WORKER,
-            ["spec.mpiReplicaSpecs[Launcher]: Required: MPIReplicaSpec is not valid: Master ReplicaSpec must be present"],
+            ["spec.mpiReplicaSpecs[Launcher]: Required value: MPIReplicaSpec is not valid: Master ReplicaSpec must be present"],
             id="no-launcher",
         ),
         pytest.param(
             {"Launcher": replica(container("l")), "Server": replica(container("s"))},
-            ['spec.mpiReplicaSpecs[Server]: NotSupported: "Server": MPIReplicaType is Server but must be one of [Launcher Worker]'],
+            ['spec.mpiReplicaSpecs[Server]: Unsupported value: "Server": MPIReplicaType is Server but must be one of [Launcher Worker]'],
             id="unknown-replica-type",
         ),
         pytest.param(
             {"Launcher": None},
-            ["spec.mpiReplicaSpecs[Launcher]: Required: MPIReplicaSpecs is not valid: containers definition expected in Launcher"],
+            ["spec.mpiReplicaSpecs[Launcher]: Required value: MPIReplicaSpecs is not valid: containers definition expected in Launcher"],
             id="null-launcher",
         ),
     ],
@@ -114,14 +114,14 @@ def test_mpi_reports_every_error_at_once() -> None:
         {"Worker": replica(container("", image="")), "Server": replica()},
     )
     assert errors(doc) == [
-        "spec.mpiReplicaSpecs[Worker].template.spec.containers[0].image: Required: "
+        "spec.mpiReplicaSpecs[Worker].template.spec.containers[0].image: Required value: "
         "MPIReplicaSpec is not valid: Image is undefined in the container of Worker",
-        "spec.mpiReplicaSpecs[Worker].template.spec.containers[0].name: Required: "
+        "spec.mpiReplicaSpecs[Worker].template.spec.containers[0].name: Required value: "
         "MPIReplicaSpec is not valid: ImageName is undefined in the container of Worker",
-        'spec.mpiReplicaSpecs[Server]: NotSupported: "Server": MPIReplicaType is Server but must be one of [Launcher Worker]',
-        "spec.mpiReplicaSpecs[Server].template.spec.containers: Required: "
+        'spec.mpiReplicaSpecs[Server]: Unsupported value: "Server": MPIReplicaType is Server but must be one of [Launcher Worker]',
+        "spec.mpiReplicaSpecs[Server].template.spec.containers: Required value: "
         "MPIReplicaSpecs is not valid: containers definition expected in Server",
-        "spec.mpiReplicaSpecs[Launcher]: Required: MPIReplicaSpec is not valid: Master ReplicaSpec must be present",
+        "spec.mpiReplicaSpecs[Launcher]: Required value: MPIReplicaSpec is not valid: Master ReplicaSpec must be present",
     ]
 
 
@@ -140,11 +140,11 @@ DNS_DETAIL = (
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        pytest.param("0-test", [f'metadata.name: Invalid: "0-test": {DNS_DETAIL}'], id="starts-with-digit"),
-        pytest.param("Test", [f'metadata.name: Invalid: "Test": {DNS_DETAIL}'], id="upper-case"),
+        pytest.param("0-test", [f'metadata.name: Invalid value: "0-test": {DNS_DETAIL}'], id="starts-with-digit"),
+        pytest.param("Test", [f'metadata.name: Invalid value: "Test": {DNS_DETAIL}'], id="upper-case"),
         pytest.param(
             "a" * 64,
-            [f'metadata.name: Invalid: "{"a" * 64}": should match: must be no more than 63 characters'],
+            [f'metadata.name: Invalid value: "{"a" * 64}": should match: must be no more than 63 characters'],
             id="too-long",
         ),
         pytest.param("a" * 63, [], id="63-characters-is-fine"),
@@ -159,8 +159,8 @@ def test_job_name_must_be_a_dns1035_label(name: str, expected: list[str]) -> Non
 def test_worker_without_containers_gives_exactly_two_required_errors() -> None:
     doc = pytorch(worker=replica())
     assert errors(doc) == [
-        "spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required: must be specified",
-        "spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required: "
+        "spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required value: must be specified",
+        "spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required value: "
         "must have at least one container with name pytorch",
     ]
 
@@ -170,12 +170,12 @@ def test_worker_without_containers_gives_exactly_two_required_errors() -> None:
     [
         pytest.param(
             replica(container("pytorch", image="")),
-            ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].image: Required: must be required"],
+            ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].image: Required value: must be required"],
             id="empty-image",
         ),
         pytest.param(
             replica(container("")),
-            ["spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required: "
+            ["spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required value: "
              "must have at least one container with name pytorch"],
             id="empty-container-name",
         ),
@@ -200,7 +200,7 @@ def test_pytorch_container_rules(worker: dict[str, Any], expected: list[str]) ->
         ),
         pytest.param(
             pytorch(replica(container("pytorch"), replicas=1), elasticPolicy={}),
-            ["spec.pytorchReplicaSpecs[Worker]: Required: must be configured if elastic policy is used"],
+            ["spec.pytorchReplicaSpecs[Worker]: Required value: must be configured if elastic policy is used"],
             id="elastic-without-worker",
         ),
         pytest.param(
@@ -210,17 +210,17 @@ def test_pytorch_container_rules(worker: dict[str, Any], expected: list[str]) ->
         ),
         pytest.param(
             document("PyTorchJob", {"Chief": replica(container("pytorch"))}),
-            ['spec.pytorchReplicaSpecs[Chief]: NotSupported: "Chief": supported values: "Master", "Worker"'],
+            ['spec.pytorchReplicaSpecs[Chief]: Unsupported value: "Chief": supported values: "Master", "Worker"'],
             id="unknown-replica-type",
         ),
         pytest.param(
             document("PyTorchJob", None),
-            ["spec.pytorchReplicaSpecs: Required: must be required"],
+            ["spec.pytorchReplicaSpecs: Required value: must be required"],
             id="nil-map",
         ),
         pytest.param(
             pytorch(worker=None, master=None) | {"spec": {"pytorchReplicaSpecs": {"Worker": None}}},
-            ["spec.pytorchReplicaSpecs[Worker]: Required: must be specified"],
+            ["spec.pytorchReplicaSpecs[Worker]: Required value: must be specified"],
             id="null-replica-spec",
         ),
     ],
@@ -255,11 +255,11 @@ MANAGED_BY_SUPPORTED = 'supported values: "kubeflow.org/training-operator", "kue
     [
         *[
             pytest.param(kind, "other-job-controller",
-                         [f'spec.runPolicy.managedBy: NotSupported: "other-job-controller": {MANAGED_BY_SUPPORTED}'],
+                         [f'spec.runPolicy.managedBy: Unsupported value: "other-job-controller": {MANAGED_BY_SUPPORTED}'],
                          id=f"{kind}-unknown-controller")
             for kind in ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob")
         ],
-        pytest.param("TFJob", "", [f'spec.runPolicy.managedBy: NotSupported: "": {MANAGED_BY_SUPPORTED}'], id="empty-string"),
+        pytest.param("TFJob", "", [f'spec.runPolicy.managedBy: Unsupported value: "": {MANAGED_BY_SUPPORTED}'], id="empty-string"),
         pytest.param("PyTorchJob", "kueue.x-k8s.io/multikueue", [], id="multikueue"),
         pytest.param("PyTorchJob", "kubeflow.org/training-operator", [], id="kubeflow"),
         pytest.param("JAXJob", "other-job-controller", [], id="jax-not-checked-as-upstream"),
@@ -278,7 +278,7 @@ def with_run_policy(doc: dict[str, Any], run_policy: dict[str, Any]) -> dict[str
     ("kind", "expected"),
     [
         *[
-            pytest.param(kind, ['spec.runPolicy.managedBy: Invalid: "kueue.x-k8s.io/multikueue": field is immutable'],
+            pytest.param(kind, ['spec.runPolicy.managedBy: Invalid value: "kueue.x-k8s.io/multikueue": field is immutable'],
                          id=f"{kind}-enforced")
             for kind in ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob")
         ],
@@ -295,14 +295,14 @@ def test_managed_by_is_immutable_on_update(kind: str, expected: list[str]) -> No
 def test_setting_managed_by_on_update_is_a_change_too() -> None:
     old = VALID["TFJob"]
     new = with_run_policy(old, {"managedBy": "kubeflow.org/training-operator"})
-    assert errors(new, old) == ['spec.runPolicy.managedBy: Invalid: "kubeflow.org/training-operator": field is immutable']
+    assert errors(new, old) == ['spec.runPolicy.managedBy: Invalid value: "kubeflow.org/training-operator": field is immutable']
 
 
 @pytest.mark.parametrize(
     ("old_queue", "new_queue", "expected"),
     [
         pytest.param("initial-queue", "test",
-                     ['spec.runPolicy.schedulingPolicy.queue: Invalid: "test": spec.runPolicy.schedulingPolicy.queue is immutable'],
+                     ['spec.runPolicy.schedulingPolicy.queue: Invalid value: "test": spec.runPolicy.schedulingPolicy.queue is immutable'],
                      id="changed-rejected"),
         pytest.param("initial-queue", "initial-queue", [], id="unchanged-accepted"),
         pytest.param(None, "test", [], id="set-where-there-was-none-accepted"),
@@ -321,7 +321,7 @@ def test_queue_immutability_applies_to_every_kind(kind: str) -> None:
     old = with_run_policy(VALID[kind], {"schedulingPolicy": {"queue": "a"}})
     new = with_run_policy(VALID[kind], {"schedulingPolicy": {"queue": "b"}})
     assert errors(new, old) == [
-        'spec.runPolicy.schedulingPolicy.queue: Invalid: "b": spec.runPolicy.schedulingPolicy.queue is immutable'
+        'spec.runPolicy.schedulingPolicy.queue: Invalid value: "b": spec.runPolicy.schedulingPolicy.queue is immutable'
     ]
 
 
@@ -337,13 +337,13 @@ def test_queue_immutability_applies_to_every_kind(kind: str) -> None:
         pytest.param({"Foo": replica(container("tensorflow"))}, [], id="any-replica-type-accepted"),
         pytest.param(
             {"Worker": replica(container("tf"))},
-            ["spec.tfReplicaSpecs[Worker].template.spec.containers: Required: "
+            ["spec.tfReplicaSpecs[Worker].template.spec.containers: Required value: "
              "must have at least one container with name tensorflow"],
             id="container-not-named-tensorflow",
         ),
         pytest.param(
             {"Worker": replica(container("tensorflow")), "worker": replica(container("tensorflow"))},
-            ['spec.tfReplicaSpecs[worker]: Duplicate: "worker": replica type "Worker" is already present '
+            ['spec.tfReplicaSpecs[worker]: Duplicate value: "worker": replica type "Worker" is already present '
              "(keys are compared case-insensitively)"],
             id="case-insensitive-duplicate",
         ),
@@ -357,7 +357,7 @@ def test_tfjob_rules(replicas: dict[str, Any], expected: list[str]) -> None:
     ("replicas", "expected"),
     [
         pytest.param({"Worker": replica(container("xgboost"))},
-                     ["spec.xgbReplicaSpecs[Master]: Required: must be present"], id="no-master"),
+                     ["spec.xgbReplicaSpecs[Master]: Required value: must be present"], id="no-master"),
         pytest.param({"Master": replica(container("xgboost"), replicas=2)},
                      ["spec.xgbReplicaSpecs[Master].replicas: Forbidden: must be 1"], id="two-masters"),
         pytest.param({"Master": replica(container("xgboost"))},
@@ -371,23 +371,23 @@ def test_xgboost_master_rules(replicas: dict[str, Any], expected: list[str]) -> 
 @pytest.mark.parametrize(
     ("kind", "replicas", "expected"),
     [
-        pytest.param("PaddleJob", None, ["spec.paddleReplicaSpecs: Required: must be required"], id="paddle-nil-map"),
-        pytest.param("JAXJob", None, ["spec.jaxReplicaSpecs: Required: must be required"], id="jax-nil-map"),
+        pytest.param("PaddleJob", None, ["spec.paddleReplicaSpecs: Required value: must be required"], id="paddle-nil-map"),
+        pytest.param("JAXJob", None, ["spec.jaxReplicaSpecs: Required value: must be required"], id="jax-nil-map"),
         pytest.param(
             "PaddleJob", {"Worker": replica(container("pd"))},
-            ['spec.paddleReplicaSpecs[Worker].template.spec.containers: Required: '
+            ['spec.paddleReplicaSpecs[Worker].template.spec.containers: Required value: '
              'must have at least one container with name "paddle"'],
             id="paddle-container-name-quoted",
         ),
         pytest.param(
             "JAXJob", {"Worker": replica(container("jx"))},
-            ["spec.jaxReplicaSpecs[Worker].template.spec.containers: Required: "
+            ["spec.jaxReplicaSpecs[Worker].template.spec.containers: Required value: "
              "must have at least one container with name jax"],
             id="jax-container-name",
         ),
         pytest.param(
             "JAXJob", {"Master": replica(container("jax"))},
-            ['spec.jaxReplicaSpecs[Master]: NotSupported: "Master": supported values: "Worker"'],
+            ['spec.jaxReplicaSpecs[Master]: Unsupported value: "Master": supported values: "Worker"'],
             id="jax-worker-only",
         ),
         pytest.param("PaddleJob", {"Master": replica(container("paddle"), replicas=3)}, [], id="paddle-no-count-rules"),
@@ -400,37 +400,37 @@ def test_paddle_and_jax_rules(kind: str, replicas: dict[str, Any] | None, expect
 @pytest.mark.parametrize(
     ("template", "expected"),
     [
-        pytest.param({"spec": "nope"}, ["spec.pytorchReplicaSpecs[Worker].template.spec: Invalid: must be an object"], id="spec-not-object"),
+        pytest.param({"spec": "nope"}, ["spec.pytorchReplicaSpecs[Worker].template.spec: Invalid value: must be an object"], id="spec-not-object"),
         pytest.param({"spec": {"containers": {"name": "pytorch"}}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers: Invalid: must be a list"], id="containers-not-list"),
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers: Invalid value: must be a list"], id="containers-not-list"),
         pytest.param({"spec": {"containers": ["pytorch"]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0]: Invalid: must be an object"], id="container-not-object"),
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0]: Invalid value: must be an object"], id="container-not-object"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": 3}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].image: Invalid: must be a string"], id="image-not-string"),
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].image: Invalid value: must be a string"], id="image-not-string"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": "x", "ports": 80}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].ports: Invalid: must be a list of objects"], id="ports-not-list"),
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].ports: Invalid value: must be a list of objects"], id="ports-not-list"),
         pytest.param({"metadata": 5, "spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.metadata: Invalid: must be an object"], id="metadata-not-object"),
+                     ["spec.pytorchReplicaSpecs[Worker].template.metadata: Invalid value: must be an object"], id="metadata-not-object"),
         pytest.param({"metadata": {"labels": {"a": 1}}, "spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.metadata.labels: Invalid: must be a map of strings"], id="label-not-string"),
+                     ["spec.pytorchReplicaSpecs[Worker].template.metadata.labels: Invalid value: must be a map of strings"], id="label-not-string"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": "x", "ports": [{"containerPort": "80"}]}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].ports[0].containerPort: Invalid: must be an integer"],
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].ports[0].containerPort: Invalid value: must be an integer"],
                      id="container-port-not-integer"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": "x", "resources": 7}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources: Invalid: must be an object"],
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources: Invalid value: must be an object"],
                      id="resources-not-object"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": "x", "resources": {"limits": {"cpu": [1]}}}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources.limits: Invalid: "
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources.limits: Invalid value: "
                       "must be a map of quantities (strings or numbers)"],
                      id="limit-not-quantity"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": "x", "env": [{"name": "A", "value": 1}]}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].env[0].value: Invalid: must be a string"],
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].env[0].value: Invalid value: must be a string"],
                      id="env-value-not-string"),
         pytest.param({"spec": {"containers": [{"name": "pytorch", "image": "x", "command": "python"}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].command: Invalid: must be a list of strings"],
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].command: Invalid value: must be a list of strings"],
                      id="command-not-list"),
         pytest.param({"spec": {"volumes": {}, "containers": [{"name": "pytorch", "image": "x"}]}},
-                     ["spec.pytorchReplicaSpecs[Worker].template.spec.volumes: Invalid: must be a list of objects"],
+                     ["spec.pytorchReplicaSpecs[Worker].template.spec.volumes: Invalid value: must be a list of objects"],
                      id="volumes-not-list"),
     ],
 )

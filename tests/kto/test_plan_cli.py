@@ -61,14 +61,14 @@ VALID_PYTORCH = textwrap.dedent(
                      ["<stdin>: document 0: spec.tfReplicaSpecs[Worker].replicas: "
                       "Input should be a valid integer, unable to parse string as an integer"], id="pydantic-load-error"),
         pytest.param(VALID_PYTORCH.replace("name: ok", "name: 0-test").replace("replicas: 1", "replicas: 2"),
-                     ["<stdin>: document 0: metadata.name: Invalid: \"0-test\": should match: a DNS-1035 label must consist "
+                     ["<stdin>: document 0: metadata.name: Invalid value: \"0-test\": should match: a DNS-1035 label must consist "
                       "of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an "
                       "alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
                       "'[a-z]([-a-z0-9]*[a-z0-9])?')",
                       "<stdin>: document 0: spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1"],
                      id="validation-errors"),
         pytest.param("apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata: {name: m}\nspec: {mpiReplicaSpecs: {Launcher: null}}\n",
-                     ["<stdin>: document 0: spec.mpiReplicaSpecs[Launcher]: Required: "
+                     ["<stdin>: document 0: spec.mpiReplicaSpecs[Launcher]: Required value: "
                       "MPIReplicaSpecs is not valid: containers definition expected in Launcher"], id="null-replica-spec"),
     ],
 )
@@ -91,7 +91,7 @@ def test_every_error_of_every_document_and_file_is_reported(tmp_path: Path) -> N
     second.write_text("x: [")
     lines = assert_rejected(kto_plan(first, tmp_path / "missing.yaml", second))
     assert lines == [
-        f"{first}: document 2: spec.pytorchReplicaSpecs[Master].template.spec.containers[0].image: Required: must be required",
+        f"{first}: document 2: spec.pytorchReplicaSpecs[Master].template.spec.containers[0].image: Required value: must be required",
         f"{first}: document 3: apiVersion: Required value",
         f"{tmp_path / 'missing.yaml'}: cannot read: No such file or directory",
         f"{second}: document 0: line 1, column 5: invalid YAML: while parsing a flow node: "

@@ -94,7 +94,7 @@ async def test_a_job_of_a_million_replicas_is_refused_and_slows_no_other_job(pip
     await sixteen_good_jobs_succeed(pipeline, "after-million", timeout=30.0)
     assert asyncio.get_running_loop().time() - started < 30.0
     message = failed_message(await pipeline.wait_for("JAXJob", "million", "Failed"))
-    assert ("spec.jaxReplicaSpecs[Worker].replicas: Invalid: 1000000: "
+    assert ("spec.jaxReplicaSpecs[Worker].replicas: Invalid value: 1000000: "
             f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type") in message
 
 

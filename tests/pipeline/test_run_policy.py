@@ -270,7 +270,7 @@ async def test_changing_managed_by_on_a_running_job_fails_its_validation(pipelin
     failed = await pipeline.wait_for("TFJob", "handover", "Failed")
     last = condition(failed, "Failed")
     assert last is not None and last["reason"] == "TFJobFailedValidation"
-    assert "spec.runPolicy.managedBy: Invalid: \"kueue.x-k8s.io/multikueue\"" in last["message"]
+    assert "spec.runPolicy.managedBy: Invalid value: \"kueue.x-k8s.io/multikueue\"" in last["message"]
     assert "field is immutable" in last["message"]
     await children_are(pipeline, "handover", set())
 

@@ -149,6 +149,5 @@ def event(report: Report) -> passes.Event:
 
     The aggregate is Kubernetes' ``ErrorList.ToAggregate()``: one error as is,
     several in brackets joined by ``, ``."""
-    messages = list(dict.fromkeys(str(error) for error in report.errors))
-    aggregate = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+    aggregate = validating.aggregate(report.errors)
     return passes.Event("Warning", VALIDATION_ERROR_REASON, truncate(f"Found validation errors: {aggregate}"))

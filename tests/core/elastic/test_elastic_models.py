@@ -133,29 +133,29 @@ def test_the_upstream_example_is_valid() -> None:
     ("document", "error"),
     [
         pytest.param(changed("spec.etReplicaSpecs.worker.replicas", 10),
-                     "spec.etReplicaSpecs.worker.replicas: Invalid: 10: must not be greater than maxReplicas 9",
+                     "spec.etReplicaSpecs.worker.replicas: Invalid value: 10: must not be greater than maxReplicas 9",
                      id="more-workers-than-maxReplicas"),
         pytest.param(changed("spec.etReplicaSpecs.worker.minReplicas", 3),
-                     "spec.etReplicaSpecs.worker.replicas: Invalid: 2: must not be less than minReplicas 3",
+                     "spec.etReplicaSpecs.worker.replicas: Invalid value: 2: must not be less than minReplicas 3",
                      id="fewer-workers-than-minReplicas"),
         pytest.param(changed("spec.etReplicaSpecs.worker.minReplicas", 10),
-                     "spec.etReplicaSpecs.worker.minReplicas: Invalid: 10: must not be greater than maxReplicas 9",
+                     "spec.etReplicaSpecs.worker.minReplicas: Invalid value: 10: must not be greater than maxReplicas 9",
                      id="bounds-upside-down"),
         pytest.param(changed("spec.etReplicaSpecs.worker.template.spec.containers", []),
-                     "spec.etReplicaSpecs.worker.template.spec.containers: Required: at least one container is needed",
+                     "spec.etReplicaSpecs.worker.template.spec.containers: Required value: at least one container is needed",
                      id="a-worker-without-containers"),
         pytest.param(changed("spec.etReplicaSpecs.launcher", None),
-                     "spec.etReplicaSpecs.launcher: Required", id="no-launcher"),
+                     "spec.etReplicaSpecs.launcher: Required value", id="no-launcher"),
         pytest.param(changed("spec.etReplicaSpecs.launcher.replicas", 2),
-                     "spec.etReplicaSpecs.launcher.replicas: Invalid: 2: must be 1", id="two-launchers"),
+                     "spec.etReplicaSpecs.launcher.replicas: Invalid value: 2: must be 1", id="two-launchers"),
         pytest.param(changed("spec.cleanPodPolicy", "Sometimes"),
-                     'spec.cleanPodPolicy: NotSupported: "Sometimes": supported values: "All", "Running", "None"',
+                     'spec.cleanPodPolicy: Unsupported value: "Sometimes": supported values: "All", "Running", "None"',
                      id="an-unknown-clean-pod-policy"),
         pytest.param(changed("spec.launcherAttachMode", "telnet"),
-                     'spec.launcherAttachMode: NotSupported: "telnet": supported values: "ssh", "kubexec"',
+                     'spec.launcherAttachMode: Unsupported value: "telnet": supported values: "ssh", "kubexec"',
                      id="an-unknown-attach-mode"),
         pytest.param(changed("spec.slotsPerWorker", 0),
-                     "spec.slotsPerWorker: Invalid: 0: must be greater than or equal to 1", id="no-slots"),
+                     "spec.slotsPerWorker: Invalid value: 0: must be greater than or equal to 1", id="no-slots"),
     ],
 )
 def test_a_job_kto_cannot_run_is_refused_naming_the_field(document: dict[str, Any], error: str) -> None:
@@ -164,7 +164,7 @@ def test_a_job_kto_cannot_run_is_refused_naming_the_field(document: dict[str, An
 
 def test_a_name_too_long_for_its_worker_services_is_refused() -> None:
     errors = errors_of(changed("metadata.name", "a" * 55))
-    assert len(errors) == 1 and errors[0].startswith("metadata.name: Invalid: ")
+    assert len(errors) == 1 and errors[0].startswith("metadata.name: Invalid value: ")
     assert "a-worker-8' would not be a DNS-1035 label" in errors[0]
 
 
@@ -176,5 +176,5 @@ def test_a_job_that_fails_validation_is_failed_and_says_why() -> None:
     decision = reconciling.decide(job, [], [], T0, key_pair=lambda: KEYS)
     assert decision.status is not None and decision.status.phase == "Failed"
     assert decision.status.conditions and decision.status.conditions[-1].reason == "TrainingJobFailedValidation"
-    assert "spec.etReplicaSpecs.launcher.replicas: Invalid: 2: must be 1" in (decision.status.conditions[-1].message or "")
+    assert "spec.etReplicaSpecs.launcher.replicas: Invalid value: 2: must be 1" in (decision.status.conditions[-1].message or "")
     assert decision.creates == []

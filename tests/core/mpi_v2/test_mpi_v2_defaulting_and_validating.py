@@ -120,15 +120,15 @@ def test_errors_carry_upstream_details() -> None:
     report = validating.validate(bare({"mpiImplementation": "Unknown"}, name="1-foo"))
     messages = [str(error) for error in report.errors]
     assert messages[0].startswith(
-        'metadata.name: Invalid: "1-foo": will not able to create pod and service with invalid DNS label "1-foo-worker-0": '
+        'metadata.name: Invalid value: "1-foo": will not able to create pod and service with invalid DNS label "1-foo-worker-0": '
     )
-    assert messages[-1] == 'spec.mpiImplementation: NotSupported: "Unknown": supported values: "Intel", "MPICH", "OpenMPI"'
+    assert messages[-1] == 'spec.mpiImplementation: Unsupported value: "Unknown": supported values: "Intel", "MPICH", "OpenMPI"'
 
 
 def test_case_10_the_validation_event_aggregates_and_truncates() -> None:
     one = validating.event(validating.validate(b.defaulted("1-foo")))
     assert (one.type, one.reason) == ("Warning", "ValidationError")
-    assert one.message.startswith('Found validation errors: metadata.name: Invalid: "1-foo"')
+    assert one.message.startswith('Found validation errors: metadata.name: Invalid value: "1-foo"')
     many = validating.event(validating.validate(bare({}, name="x" * 2000)))
-    assert many.message.startswith("Found validation errors: [metadata.name: Invalid")
+    assert many.message.startswith("Found validation errors: [metadata.name: Invalid value")
     assert len(many.message) == 1024 and many.message.endswith("...")
