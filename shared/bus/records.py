@@ -273,12 +273,51 @@ def _dump(record: Observation | Decision) -> bytes:
 
 def redact(record: Observation | Decision) -> Observation | Decision:
     """``record`` with every literal ``value`` of an env var whose name looks secret
-    (:data:`SECRET_NAME`) replaced by :data:`REDACTED`, and the paths listed in
-    ``redacted``. Only the containers on the way to a replaced value are copied."""
-    if not isinstance(record, Observation):
+    (:data:`SECRET_NAME`), and every value of a Secret's ``data`` / ``stringData``,
+    replaced by :data:`REDACTED`: in an Observation's object (the paths listed in
+    ``redacted``), and in the objects a Decision's basis carries whole (``kto replay``).
+    Only the containers on the way to a replaced value are copied."""
+    if isinstance(record, Decision):
+        the_basis = record.detail.get("basis")
+        if not isinstance(the_basis, dict):
+            return record
+        changed = False
+        refs: list[Any] = [the_basis.get("job"), the_basis.get("old"), *(the_basis.get("children") or [])]
+        clean: dict[int, Any] = {}
+        for ref in refs:
+            if isinstance(ref, dict) and isinstance(ref.get("object"), dict):
+                obj, paths = redact_object(ref["object"])
+                if paths:
+                    clean[id(ref)] = {**ref, "object": obj}
+                    changed = True
+        if not changed:
+            return record
+        basis = {**the_basis}
+        for field in ("job", "old"):
+            if id(the_basis.get(field)) in clean:
+                basis[field] = clean[id(the_basis[field])]
+        if isinstance(the_basis.get("children"), list):
+            basis["children"] = [clean.get(id(c), c) for c in the_basis["children"]]
+        return record.model_copy(update={"detail": {**record.detail, "basis": basis}})
+    obj, paths = redact_object(record.object)
+    if not paths:
         return record
+    return record.model_copy(update={"object": obj, "redacted": sorted([*record.redacted, *paths])})
+
+
+def redact_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``obj`` with its secret-looking values replaced (see :func:`redact`), and their paths."""
     found: list[tuple[list[str | int], str]] = []
-    stack: list[tuple[Any, list[str | int], str]] = [(record.object, [], "")]
+    if obj.get("kind") == "Secret":
+        # A Secret's values (the SSH keys kto makes for MPI and et-operator jobs) never go
+        # on the log: kept for the topic's retention, readable by whoever reads it. Its keys
+        # stay, which is all a decision looks at.
+        for field in ("data", "stringData"):
+            values = obj.get(field)
+            if isinstance(values, dict):
+                found.extend(([field, name], f"{field}.{name}") for name, value in values.items()
+                             if isinstance(value, str) and value not in ("", REDACTED))
+    stack: list[tuple[Any, list[str | int], str]] = [(obj, [], "")]
     while stack:
         node, keys, path = stack.pop()
         if isinstance(node, dict):
@@ -297,12 +336,10 @@ def redact(record: Observation | Decision) -> Observation | Decision:
             for index, child in enumerate(node):
                 if isinstance(child, (dict, list)):
                     stack.append((child, [*keys, index], limits.segment(path, index)))
-    if not found:
-        return record
-    obj: Any = record.object
+    result: Any = obj
     for keys, _ in found:
-        obj = _replaced(obj, keys, REDACTED)
-    return record.model_copy(update={"object": obj, "redacted": sorted([*record.redacted, *(p for _, p in found)])})
+        result = _replaced(result, keys, REDACTED)
+    return result, [p for _, p in found]
 
 
 def _replaced(node: Any, keys: list[str | int], value: Any) -> Any:

@@ -142,3 +142,25 @@ def test_a_broker_answering_unknown_server_error_is_tried_again() -> None:
 
     assert errors.is_retriable(kafka_errors.UnknownError())
     assert not errors.is_retriable(kafka_errors.RecordTooLargeError())
+
+
+def test_a_secrets_values_never_reach_the_log_and_neither_do_those_a_basis_carries() -> None:
+    import json as json_module
+
+    from shared.bus import records as recs
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pi-ssh", "namespace": "ns"},
+              "data": {"ssh-privatekey": "LS0tLS1CRUdJTi", "ssh-publickey": "ZWNkc2Et"}, "stringData": {"x": "y"}}
+    observed = recs.decode(recs.encode(recs.Observation(key="c/ns/MPIJob/pi", object_kind="Secret", event="ADDED",
+                                                        object=secret)))
+    assert isinstance(observed, recs.Observation)
+    assert observed.object["data"] == {"ssh-privatekey": recs.REDACTED, "ssh-publickey": recs.REDACTED}
+    assert observed.redacted == ["data.ssh-privatekey", "data.ssh-publickey", "stringData.x"]
+    decision = recs.Decision(key="c/ns/MPIJob/pi", action="reconcile_pass", detail={"plan": {}, "basis": {
+        "now": "2026-11-24T00:00:00+00:00", "job": {"kind": "MPIJob", "name": "pi", "rv": "1", "uid": "u"},
+        "children": [{"kind": "Secret", "name": "pi-ssh", "rv": "2", "uid": "s", "object": secret}]}})
+    wire = recs.encode(decision)
+    assert b"LS0tLS1CRUdJTi" not in wire
+    child = json_module.loads(wire)["detail"]["basis"]["children"][0]
+    assert child["object"]["data"]["ssh-privatekey"] == recs.REDACTED and child["rv"] == "2"
+    assert secret["data"]["ssh-privatekey"] == "LS0tLS1CRUdJTi", "the caller's object is left alone"
