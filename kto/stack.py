@@ -340,6 +340,7 @@ class Child:
         self.remember()
         if process.returncode is None:
             _signal_group(process.pid, signal.SIGTERM)
+            _signal_group(process.pid, signal.SIGCONT)  # a paused child must run to handle it
             try:
                 await asyncio.wait_for(process.wait(), timeout)
             except TimeoutError:
@@ -351,6 +352,7 @@ class Child:
         strays = self.pids()
         for pid in strays:
             _signal_pid(pid, signal.SIGTERM)
+            _signal_pid(pid, signal.SIGCONT)
         deadline = time.monotonic() + timeout
         while strays and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

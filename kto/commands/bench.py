@@ -7,7 +7,12 @@ POSTed by 16 concurrent clients); then a Stack runs and ``bench.pipeline``
 submits the PyTorchJobs at the set rate and follows them to Succeeded. See
 bench/pipeline.py for how every figure is taken. ``cpu_ms_per_job`` is the
 CPU time each process of the stack used over the run (from /proc) divided by
-the jobs; ``cpu_cores_busy`` is their sum over the run's wall time.
+the jobs; ``cpu_cores_busy`` is their sum over the run's wall time. ``costs``
+are the per-record and per-cluster costs of bench/costs.py (records per job,
+CPU per record, API requests per job per cluster, broker bytes, memory).
+With ``--freeze SECONDS`` (two clusters or more) the same stack then times
+jobs of the other clusters while the last one is frozen, and the frozen
+cluster's catch-up once thawed (bench/freezing.py): the ``freeze`` figures.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-duration", default="1s", help="how long the sim runs each pod (default 1s)")
     parser.add_argument("--clusters", type=int, default=1, help="simulated clusters (default 1)")
     parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
+    parser.add_argument("--reconciler-concurrency", type=int, default=None, metavar="N",
+                        help="job keys each reconciler settles at once (default: the reconciler's, 32)")
     parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
     parser.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
                         help="latency of every simulated API request, in ms (default 0)")
@@ -37,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds every job has to succeed (default 180)")
     parser.add_argument("--ceiling-creates", type=int, default=400,
                         help="pods POSTed to measure the create ceiling (default 400)")
+    parser.add_argument("--freeze", type=float, default=0.0, metavar="SECONDS",
+                        help="after the run, freeze the last cluster this long and time the others' jobs and "
+                             "its catch-up (needs --clusters 2 or more; default 0: not done)")
+    parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                        help="first measure the stack this long with no job: each process's CPU per second "
+                             "(a watcher's Lease renewals and watches, the sims' loops); default 0: not measured")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/bench"),
                         help="kubeconfig and logs of the benchmark's stack (default .kto/bench)")
 
@@ -45,9 +58,10 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from bench import pipeline
+    from bench import freezing, pipeline
     from kto import stack
     from kto.cli import UserError
+    from services.reconciler.settings import ReconcilerSettings
 
     try:
         bench_settings = pipeline.PipelineSettings(
@@ -58,11 +72,19 @@ def run(args: argparse.Namespace) -> int:
             state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
             nodes=args.nodes, control_plane=args.control_plane, broker=args.broker,
+            reconciler_concurrency=args.reconciler_concurrency,
         )
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
+    freeze = None
+    if args.freeze > 0:
+        if args.clusters < 2:
+            raise UserError("--freeze needs --clusters 2 or more: one cluster is frozen, the others are timed")
+        slots = args.reconciler_concurrency or ReconcilerSettings(kubeconfig=None).concurrency
+        freeze = freezing.FreezeSettings(seconds=args.freeze, frozen_jobs=slots + 2, replicas=args.replicas,
+                                         pod_duration=args.pod_duration)
     try:
-        figures = asyncio.run(_bench(stack_settings, bench_settings, args.ceiling_creates))
+        figures = asyncio.run(_bench(stack_settings, bench_settings, args.ceiling_creates, args.idle, freeze))
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
     print(json.dumps(figures, indent=2))
@@ -75,21 +97,35 @@ def _progress(text: str) -> None:
     print(f"kto bench: {text}", file=sys.stderr, flush=True)
 
 
-async def _bench(stack_settings: object, bench_settings: object, ceiling_creates: int) -> dict[str, object]:
+async def _bench(
+    stack_settings: object, bench_settings: object, ceiling_creates: int, idle: float, freeze: object,
+) -> dict[str, object]:
+    import asyncio
+    import collections
     import time
 
-    from bench import pipeline
+    from bench import costs, freezing, pipeline
     from kto import stack
     from shared.bus import replaying
 
     assert isinstance(stack_settings, stack.StackSettings)
     assert isinstance(bench_settings, pipeline.PipelineSettings)
+    assert freeze is None or isinstance(freeze, freezing.FreezeSettings)
+    _forget_last_run(stack_settings.state_dir)
     ceiling = await _ceiling(stack_settings, ceiling_creates)
     _progress(f"create ceiling: {ceiling:.0f} pods/s; starting the stack")
     began = time.monotonic()
     async with stack.Stack(stack_settings) as running:
         _progress(f"stack ready in {time.monotonic() - began:.1f}s; submitting {bench_settings.jobs} jobs "
                   f"at {bench_settings.rate:g}/s")
+        idle_cpu: dict[str, float] = {}
+        if idle > 0:
+            _progress(f"measuring the stack idle for {idle:g}s first")
+            resting = running.cpu_seconds()
+            await asyncio.sleep(idle)
+            idle_cpu = {name: round((seconds - resting.get(name, 0.0)) * 1000 / idle, 2)
+                        for name, seconds in sorted(running.cpu_seconds().items())}
+        before = await costs.mark(running)
         cpu_before, wall_before = running.cpu_seconds(), time.monotonic()
         result = await pipeline.run(pipeline.Target(running.kubeconfig, tuple(running.contexts), running.audit_logs),
                                     bench_settings)
@@ -98,6 +134,19 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
         if died:
             raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the run (see {e.log})"
                                              for e in died))
+        used = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_before}
+        _progress("reading back the run's records for the per-record costs")
+        jobs_by_cluster = collections.Counter(context for context, _ in result.jobs)
+        run_costs = await costs.measure(running, before, used, dict(jobs_by_cluster),
+                                        2 * bench_settings.replicas + 1, bench_settings.namespace)
+        frozen: dict[str, object] | None = None
+        if freeze is not None:
+            _progress(f"freezing {running.contexts[-1]} for {freeze.seconds:g}s while the other clusters get jobs")
+            frozen = await freezing.run(running, freeze)
+            died = running.exits()
+            if died:
+                raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the freeze "
+                                                 f"(see {e.log})" for e in died))
         _progress("replaying the whole log (kto replay --all)")
         replayed = await replaying.replay_log(running.kafka)
     figures = result.figures()
@@ -110,19 +159,34 @@ async def _bench(stack_settings: object, bench_settings: object, ceiling_creates
     figures["create_ceiling_jobs_per_s"] = round(ceiling_jobs, 2)
     materialized = figures["materialized_jobs_per_s"]
     figures["throughput_vs_ceiling"] = round(materialized / ceiling_jobs, 3) if materialized else 0
-    used = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_before}
     figures["cpu_ms_per_job"] = {name: round(seconds * 1000 / bench_settings.jobs, 1)
                                  for name, seconds in sorted(used.items())}
     figures["cpu_cores_busy"] = round(sum(used.values()) / wall, 2) if wall > 0 else None
+    figures["costs"] = run_costs
+    if idle_cpu:
+        figures["idle_cpu_ms_per_s"] = idle_cpu
+    if frozen is not None:
+        figures["freeze"] = frozen
     figures["parameters"] = {
         "jobs": bench_settings.jobs, "rate": bench_settings.rate, "replicas": bench_settings.replicas,
         "pod_duration": bench_settings.pod_duration, "clusters": stack_settings.clusters,
         "reconcilers": stack_settings.reconcilers, "status_workers": stack_settings.status_workers,
         "api_latency_ms": stack_settings.api_latency_ms, "partitions": stack_settings.partitions,
         "nodes": stack_settings.nodes, "ceiling_creates": ceiling_creates,
-        "control_plane": stack_settings.control_plane, "broker": stack_settings.broker,
+        "control_plane": stack_settings.control_plane, "broker": stack_settings.broker, "idle_s": idle,
+        "reconciler_concurrency": stack_settings.reconciler_concurrency,
     }
     return figures
+
+
+def _forget_last_run(state_dir: pathlib.Path) -> None:
+    """Every run starts from empty clusters and an empty log: a real control plane keeps its
+    objects in its state dir and Kafka its log (``kto up`` wants that; a benchmark whose jobs
+    and ceiling pods already exist cannot run)."""
+    import shutil
+
+    for part in ("ceiling", "clusters", "kafka"):
+        shutil.rmtree(state_dir / part, ignore_errors=True)
 
 
 async def _ceiling(settings: object, creates: int) -> float:
