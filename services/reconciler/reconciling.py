@@ -438,7 +438,7 @@ class Reconciler:
             for step in decision.steps:
                 await self._decide(key, view, "elastic_step", child_kind=scaler.KIND, child_name=scaler.name,
                                    reason=step.kind, message=step.detail,
-                                   record_id=records.deterministic_id(scaler.metadata.uid or "", step.kind))
+                                   record_id=records.deterministic_id(str(key), scaler.metadata.uid or "", step.kind))
 
     async def _exec(self, client: clients.KubeClient, command: et_decisions.Exec) -> et_decisions.ExecResult:
         try:
@@ -543,7 +543,7 @@ class Reconciler:
         await self._decide(
             key, view, action, reason=verdict.reason, message=verdict.message,
             detail={"uid": uid, "kind": verdict.kind},
-            record_id=records.deterministic_id(uid or "", action, verdict.reason, verdict.message),
+            record_id=records.deterministic_id(str(key), uid or "", action, verdict.reason, verdict.message),
         )
         self._announced[str(key)] = (uid, verdict.reason, verdict.message)
 
@@ -596,7 +596,7 @@ class Reconciler:
         await self._publisher.publish_many(
             self._decision(
                 key, "child_created", child_kind=rt.kind, child_name=m["metadata"]["name"],
-                record_id=records.deterministic_id(job_uid, "child_created", rt.kind, m["metadata"]["name"]),
+                record_id=records.deterministic_id(str(key), job_uid, "child_created", rt.kind, m["metadata"]["name"]),
             )
             for rt, m in planned
         )

@@ -217,3 +217,22 @@ def test_a_scale_in_that_names_no_job_is_refused_with_its_field_path() -> None:
         """))
     lines = assert_rejected(result)
     assert any("spec.selector" in line for line in lines), lines
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    # `kto plan … | head -1`: the pipe closes while kto still writes; no traceback.
+    import glob
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    files = sorted(glob.glob(os.path.join(root, "examples", "kubeflow", "**", "*.yaml"), recursive=True)) * 20
+    process = subprocess.Popen([sys.executable, "-m", "kto", "plan", *files], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=root)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    process.wait(timeout=120)
+    assert "Traceback" not in error and "BrokenPipeError" not in error, error
