@@ -30,7 +30,7 @@ test:
 # waits on clusters and brokers (each worker starts its own), so it takes ~60% of
 # the serial time on two cores.
 _test: $(STAMP) lint parts
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30
 
 # Kubernetes (go build from the Go module proxy) and Kafka (jars from Maven
 # Central), built once per machine into ~/.cache/kto; a no-op when cached.
