@@ -108,7 +108,7 @@ class Publisher(lifecycle.Started):
             return self._producer
 
     async def _connect(self) -> None:
-        async for attempt in retrying.transport(self._policy, on_retry=self._unreachable):
+        async for attempt in retrying.transport(self._policy, on_retry=self._unreachable, retriable=_starting_retriable):
             with attempt:
                 producer = AIOKafkaProducer(
                     **client_options(self._settings),
@@ -359,6 +359,13 @@ class Publisher(lifecycle.Started):
         self._emit(events.SEND_DONE, topic=topic, partition=sent.partition, offset=sent.offset,
                    key=key.decode(errors="replace") if key else None, type=records.type_of(headers))
         return sent
+
+
+def _starting_retriable(exc: BaseException) -> bool:
+    """Retriable while starting a producer: not UNKNOWN_SERVER_ERROR, which a broker without
+    InitProducerId (Tansu) answers an idempotent producer with for good, though a produce
+    answered it is tried again (:data:`shared.bus.errors._TRANSIENT`)."""
+    return errors.is_retriable(exc) and not isinstance(exc, kafka_errors.UnknownError)
 
 
 def _typed(headers: list[tuple[str, bytes]], record: records.Record) -> list[tuple[str, bytes]]:

@@ -62,11 +62,12 @@ def _before_sleep(callback: RetryCallback | None) -> Callable[[tenacity.RetryCal
 
 
 def transport(
-    policy: RetryPolicy, *, on_retry: RetryCallback | None = None
+    policy: RetryPolicy, *, on_retry: RetryCallback | None = None,
+    retriable: Callable[[BaseException], bool] = errors.is_retriable,
 ) -> tenacity.AsyncRetrying:
-    """Retry retriable broker errors forever, with capped backoff."""
+    """Retry retriable broker errors (``retriable`` says which) forever, with capped backoff."""
     return tenacity.AsyncRetrying(
-        retry=tenacity.retry_if_exception(errors.is_retriable),
+        retry=tenacity.retry_if_exception(retriable),
         wait=tenacity.wait_exponential_jitter(
             multiplier=policy.initial_backoff, max=policy.max_backoff, jitter=policy.jitter
         ),
