@@ -105,7 +105,10 @@ async def test_an_elastic_pytorchjob_is_scaled_through_its_scale_subresource_and
     await kubectl("-n", pipeline.namespace, "scale", "pytorchjob", NAME, "--replicas=1")
     shrunk = await workers_are(pipeline, {"ept-worker-0"})
     assert shrunk["ept-worker-0"] == first["ept-worker-0"], "worker 0 was restarted by a scale-down"
-    assert await names(pipeline, resources.SERVICES, NAME) == {"ept-worker-0"}
+    # The Services go after the pods (each delete with its Event): wait for the last of them.
+    async def services_follow() -> bool:
+        return await names(pipeline, resources.SERVICES, NAME) == {"ept-worker-0"}
+    await pipeline.eventually(services_follow, timeout=20, what="the scaled-down workers' Services deleted")
 
     # Past maxReplicas: held at the bound, and said so in a Warning Event.
     await kubectl("-n", pipeline.namespace, "scale", "pytorchjob", NAME, "--replicas=9")
