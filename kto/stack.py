@@ -439,10 +439,9 @@ class Stack:
             base = bus_settings.KafkaSettings.from_env()  # the user's KTO_KAFKA_* tuning is kept
         except bus_settings.SettingsError as exc:
             raise StackError(str(exc)) from None
-        return dataclasses.replace(
-            base, bootstrap=self.bootstrap, partitions=self.settings.partitions, security_protocol="PLAINTEXT",
-            idempotence=self.settings.broker == "kafka",  # Tansu has no InitProducerId
-        )
+        local = dataclasses.replace(base, bootstrap=self.bootstrap, partitions=self.settings.partitions,
+                                    security_protocol="PLAINTEXT")
+        return local if self.settings.broker == "kafka" else bus_settings.for_tansu(local)
 
     async def __aenter__(self) -> Stack:
         try:

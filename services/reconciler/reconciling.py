@@ -78,6 +78,9 @@ class Reconciler:
         self._announced: dict[str, tuple[str | None, str, str]] = {}
         """Job key → (uid, reason, message) of the failure verdict this process published."""
         self._decided_on: dict[str, dict[str, Any]] = {}
+        self._passes: dict[str, str] = {}
+        """Job key → id of the last ``reconcile_pass`` record this process wrote for it: every
+        act after it names it (``detail.pass``), so replay checks the act against that plan."""
         self._events = recording.Recorder(settings.instance)
         self._warned: dict[str, set[tuple[str, str, str]]] = {}
         """Job key → (uid, reason, message) of the Warning Events this process recorded."""
@@ -239,6 +242,7 @@ class Reconciler:
         self._views.pop(job_key, None)
         self._decided_on.pop(job_key, None)
         self._announced.pop(job_key, None)
+        self._passes.pop(job_key, None)
         self._warned.pop(job_key, None)
         self._job_seen.pop(job_key, None)
         self._checking.discard(job_key)
@@ -553,9 +557,12 @@ class Reconciler:
         resource_version: str = "", record_id: str | None = None,
     ) -> records.Decision:
         ids = {"id": record_id} if record_id is not None else {}
+        detail = dict(detail or {})
+        if action in deriving.ACTS and str(key) in self._passes:
+            detail.setdefault("pass", self._passes[str(key)])
         return records.Decision(
             **ids, key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
-            message=message, detail=detail or {}, resource_version=resource_version,
+            message=message, detail=detail, resource_version=resource_version,
             source="reconciler", instance=self._settings.instance,
         )
 
@@ -572,8 +579,10 @@ class Reconciler:
         (:mod:`shared.core.basis`), so ``kto replay`` can decide it again and compare."""
         assert view.job is not None
         the_basis = basis.describe(view.job, children, now, logged=basis.logged_in(view), old=old, **extra)
-        await self._decide(key, view, deriving.PASS_ACTION, reason="Reconcile",
-                           message=deriving.summary(plan), detail={"plan": plan, "basis": the_basis})
+        record = self._decision(key, deriving.PASS_ACTION, reason="Reconcile", message=deriving.summary(plan),
+                                detail={"plan": plan, "basis": the_basis})
+        await self._publisher.publish(record)
+        self._passes[str(key)] = record.id
 
     async def _create_all(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView,

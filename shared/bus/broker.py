@@ -25,7 +25,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from shared.bus import errors, lifecycle
-from shared.bus.settings import KafkaSettings, client_options
+from shared.bus.settings import KafkaSettings, client_options, for_tansu
 
 log = logging.getLogger("kto.bus.broker")
 
@@ -202,10 +202,7 @@ class EmbeddedBroker(lifecycle.Started):
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
             break
-        self._settings = dataclasses.replace(
-            self._base, bootstrap=f"127.0.0.1:{port}", security_protocol="PLAINTEXT",
-            idempotence=False,  # Tansu has no InitProducerId
-        )
+        self._settings = for_tansu(dataclasses.replace(self._base, bootstrap=f"127.0.0.1:{port}"))
 
     async def stop(self) -> None:
         """Terminate the broker (kill it after ``stop_timeout``); safe to call twice."""

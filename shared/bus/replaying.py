@@ -15,7 +15,10 @@ What is checked, per job:
   compared (conditions, replica statuses, finished);
 * each act of a reconciler (``child_created``, ``child_create_failed``,
   ``child_deleted``, ``replica_restarted``, ``child_updated``, ``job_deleted_ttl``):
-  it must be in the plan of the last pass its process recorded for the job.
+  it must be in the plan of the pass it names (``detail.pass``; an act of a kto that
+  named none: the last pass its process recorded for the job). An act whose pass is not
+  in the log is not checked, and says why: the log begins after that pass (a broker that
+  came back empty, or retention), since a reconciler writes its pass before acting.
 
 No I/O: the caller reads the log (broker or ``kto export`` files).
 """
@@ -31,10 +34,7 @@ from typing import Any
 from shared.bus import reading, records
 from shared.core import basis, deriving
 
-ACTS = {
-    "child_created": "creates", "child_create_failed": "creates", "child_deleted": "deletes",
-    "replica_restarted": "deletes", "child_updated": "updates", "job_deleted_ttl": "delete_job",
-}
+ACTS = deriving.ACTS
 """A reconciler's act → the plan field that must hold it."""
 
 
@@ -124,6 +124,8 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
         kind = ""
     last_pass: dict[str, dict[str, Any]] = {}
     """Producer instance → the plan of its last pass of this job."""
+    plans: dict[str, dict[str, Any]] = {}
+    """Pass record id → its plan."""
     for entry in entries:
         report.records += 1
         record = entry.record
@@ -139,6 +141,7 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
             derived = _derive(report, entry.offset, record, lambda inputs: deriving.replan(kind, inputs), versions)
             if isinstance(plan, dict):
                 last_pass[record.instance] = plan
+                plans[record.id] = plan
             if derived is not None:
                 _compare(report, entry.offset, f"{deriving.PASS_ACTION} plan", plan, derived)
         elif record.action == "status_written" and record.source == "status":
@@ -149,7 +152,15 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
                 _compare(report, entry.offset, "status_written", recorded, derived)
         elif record.action in ACTS and record.source == "reconciler":
             report.acts += 1
-            _check_act(report, entry.offset, record, last_pass.get(record.instance))
+            named = record.detail.get("pass")
+            if not isinstance(named, str):
+                _check_act(report, entry.offset, record, last_pass.get(record.instance))
+            elif named in plans:
+                _check_act(report, entry.offset, record, plans[named])
+            else:
+                report.unverifiable.append(
+                    f"offset {entry.offset}: {record.action} {record.child_kind or ''}/{record.child_name or ''}: "
+                    f"its {deriving.PASS_ACTION} ({named}) is not in the log, which begins after it")
     return report
 
 

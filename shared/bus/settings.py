@@ -253,6 +253,22 @@ def _check(s: KafkaSettings) -> None:
         raise SettingsError("must be true or false", "idempotence")
 
 
+TANSU_SESSION_TIMEOUT_MS = 2_000
+"""The session timeout of consumers on Tansu when the user set none. Tansu answers a
+JoinGroup only once half the session timeout has passed (it checks once a second), so
+Kafka's 10 s default held every consumer's first join, and every rejoin, for 5 s."""
+
+
+def for_tansu(s: KafkaSettings) -> KafkaSettings:
+    """``s`` fitted to the embedded Tansu broker: PLAINTEXT, no idempotent producer (Tansu has
+    no InitProducerId), and a 2 s session timeout unless ``s`` names its own."""
+    fitted = dataclasses.replace(s, security_protocol="PLAINTEXT", idempotence=False)
+    if s.session_timeout_ms == KafkaSettings.session_timeout_ms:
+        fitted = dataclasses.replace(fitted, session_timeout_ms=TANSU_SESSION_TIMEOUT_MS, heartbeat_interval_ms=min(
+            s.heartbeat_interval_ms, TANSU_SESSION_TIMEOUT_MS // 4))
+    return fitted
+
+
 def ssl_context(settings: KafkaSettings) -> ssl.SSLContext | None:
     """The TLS context for SSL / SASL_SSL, None for plaintext protocols."""
     if not settings.security_protocol.endswith("SSL"):

@@ -32,6 +32,13 @@ Manifest = dict[str, Any]
 PASS_ACTION = "reconcile_pass"
 """The decision record of one acting reconcile pass: its plan and its basis."""
 
+ACTS = {
+    "child_created": "creates", "child_create_failed": "creates", "child_deleted": "deletes",
+    "replica_restarted": "deletes", "child_updated": "updates", "job_deleted_ttl": "delete_job",
+}
+"""A reconciler's act → the field of its pass's plan that must hold it. Each act names its
+pass in ``detail.pass`` (the ``reconcile_pass`` record's id)."""
+
 
 class Unreplayable(ValueError):
     """A basis whose decision cannot be made again (a job that no longer loads, settings

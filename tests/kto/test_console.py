@@ -140,7 +140,12 @@ class Page:
                                         self.driver.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")])
 
     async def choose(self, name: str, value: str) -> None:
-        await self.call(lambda: Select(self.driver.find_element(By.NAME, name)).select_by_value(value))
+        """Picks ``value`` in the filter ``name``; again if the choices were redrawn under the click."""
+        def picked() -> bool:
+            select = Select(self.driver.find_element(By.NAME, name))
+            select.select_by_value(value)
+            return select.first_selected_option.get_attribute("value") == value
+        await self.until(picked, f"{value} chosen in the {name} filter")
 
     async def search(self, text: str) -> None:
         def typed() -> None:

@@ -79,6 +79,10 @@
     const current = select.value;
     const labels = { "-": "(no condition)" };
     const wanted = current && !values.includes(current) ? [...values, current] : values;
+    // Redrawn only when the choices change: a list rebuilt under a user's pointer closes it (and a click
+    // between the rebuild and the pick lands on a removed option).
+    const shown = Array.from(select.options, (option) => option.value);
+    if (shown.length === wanted.length + 1 && shown.every((value, i) => value === (i ? wanted[i - 1] : ""))) return;
     select.replaceChildren(el("option", { value: "" }, "all"),
       ...wanted.map((value) => el("option", { value }, labels[value] || value)));
     select.value = current;

@@ -74,8 +74,10 @@ def decide(
         now=now, settings=settings, executed=executed, key_pair=key_pair,
     )
     try:
-        for scaler in p.scalers:
-            scaling.bind_into(p.decision, scaler, job, now)
+        if [scaler for scaler in p.scalers if scaling.bind_into(p.decision, scaler, job, now)]:
+            # This pass's selection sees only scalers bound before it; the echo of the binding
+            # is no news to the worker that wrote it, so the next pass is asked for here.
+            p.requeue(0)
         report = validating.validate(job)
         if report.ok:
             _dispatch(p)

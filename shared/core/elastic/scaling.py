@@ -61,17 +61,17 @@ def is_bound(scaler: elastic.Scaler) -> bool:
 
 
 def bind_into(decision: decisions.Decision, scaler: elastic.Scaler, job: elastic.TrainingJob | None,
-              now: dt.datetime) -> None:
+              now: dt.datetime) -> bool:
     """Bind an unfinished scaler without ownerReferences to its TrainingJob: controller
-    ownerReference and condition ``Created``. Without the job it stays unbound and waits
-    (spec C.54: no ownerReference, no status); the decision says so in a step."""
+    ownerReference and condition ``Created``; True when it does. Without the job it stays
+    unbound and waits (spec C.54: no ownerReference, no status); the decision says so in a step."""
     if is_bound(scaler) or is_deleting(scaler) or statuses.is_scale_finished(scaler.status):
-        return
+        return False
     if job is None or job.name != scaler.target_name or job.namespace != scaler.namespace:
         wanted = f"{scaler.namespace}/{scaler.target_name}" if scaler.target_name else "(spec.selector.name is empty)"
         decision.step(decisions.STEP_SCALER_WAITING, scaler.full_name,
                       f"TrainingJob {wanted} not found; the scaler stays unbound until it exists")
-        return
+        return False
     status = _status_copy(scaler)
     statuses.initialized(status)
     statuses.set_condition(status, statuses.CREATED, "",
@@ -81,6 +81,7 @@ def bind_into(decision: decisions.Decision, scaler: elastic.Scaler, job: elastic
     update.owner_reference = naming.owner_reference(job)
     update.status = status
     decision.step(decisions.STEP_SCALER_BOUND, scaler.full_name, f"bound to TrainingJob {job.namespace}/{job.name}")
+    return True
 
 
 def bind(scaler: elastic.Scaler, job: elastic.TrainingJob | None, now: dt.datetime) -> decisions.Decision:

@@ -110,6 +110,19 @@ def test_two_scalers_of_one_job_run_one_at_a_time_in_creation_order(world: World
     assert world.status.target_workers == W[:3]
 
 
+def test_a_pass_that_binds_a_scaler_asks_for_the_next_pass_at_once(world: World) -> None:
+    """The binding pass cannot select the scaler it binds, and the echo of the binding is no
+    news to the worker that wrote it: without a requeue a lone ScaleOut waited for a resync."""
+    world.start()
+    world.add(scaler("ScaleOut", "out", toAdd={"count": 1}))
+    binding = world.decide()
+    assert [s.kind for s in binding.steps] == [decisions.STEP_SCALER_BOUND]
+    assert binding.requeue_after == 0
+    selecting = world.decide()
+    assert [s.kind for s in selecting.steps] == [decisions.STEP_SCALER_PHASE]
+    assert world.get("out").status is not None and world.get("out").status.phase == "Scaling"  # type: ignore[union-attr]
+
+
 def test_a_scale_in_naming_a_missing_worker_fails_naming_it(world: World) -> None:
     world.start()
     world.add(scaler("ScaleIn", "in", toDelete={"podNames": [W[1], f"{JOB}-worker-9"]}))
