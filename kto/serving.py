@@ -85,6 +85,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
     )
     parser.add_argument("--group", default=group, help="Kafka consumer group shared by these workers")
     parser.add_argument("--concurrency", type=int, default=32, help="job keys handled at once")
+    parser.add_argument(
+        "--release-after", type=float, default=60.0, metavar="SECONDS",
+        help="how long a job key whose cluster does not answer holds its records; then they are let go, so "
+        "the partition's commits move on, and a wake-up record waits in their place (default 60)",
+    )
     add_metrics_argument(parser)
 
 
@@ -150,6 +155,8 @@ def worker_kafka(args: argparse.Namespace) -> KafkaSettings:
         raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.concurrency < 1:
         raise cli.UserError("--concurrency must be at least 1")
+    if not args.release_after > 0:
+        raise cli.UserError(f"--release-after {args.release_after}: must be a number of seconds > 0")
     try:
         return KafkaSettings.from_env()
     except ValueError as exc:

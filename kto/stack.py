@@ -122,6 +122,9 @@ class StackSettings:
     watcher_args: tuple[str, ...] = ()
     """Further ``kto watcher`` arguments (e.g. a shorter ``--lease-duration`` for chaos runs)."""
 
+    worker_args: tuple[str, ...] = ()
+    """Further arguments of every reconciler and status worker (e.g. ``--release-after 5``)."""
+
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
     in ``<state-dir>/webhook``), registered on every cluster after the CRDs (docs/admission.md);
@@ -558,9 +561,10 @@ class Stack:
             argv = ["reconciler", "--kubeconfig", str(self.kubeconfig)]
             if s.reconciler_concurrency is not None:
                 argv += ["--concurrency", str(s.reconciler_concurrency)]
-            services.append(self._child(f"reconciler-{i}", *argv))
+            services.append(self._child(f"reconciler-{i}", *argv, *s.worker_args))
         for i in range(1, s.status_workers + 1):
-            services.append(self._child(f"status-{i}", "status-service", "--kubeconfig", str(self.kubeconfig)))
+            services.append(self._child(f"status-{i}", "status-service", "--kubeconfig", str(self.kubeconfig),
+                                        *s.worker_args))
         await self._start_tier_checked(services)
 
     async def _start_tier_checked(self, children: list[Child], timeout: float | None = None) -> None:

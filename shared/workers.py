@@ -48,26 +48,73 @@ def lane_limit(concurrency: int) -> int:
     return max(1, concurrency // 2)
 
 
-def waiting_for_clusters(settle: consuming.Settle) -> consuming.Settle:
+RELEASE_AFTER = 60.0
+"""Seconds a job key whose cluster does not answer holds its records (default)."""
+
+
+def waiting_for_clusters(
+    settle: consuming.Settle, publisher: producing.Publisher | None = None, service: str = "",
+    release_after: float = RELEASE_AFTER,
+) -> consuming.Settle:
     """``settle`` for a job key whose cluster does not answer
     (:class:`~shared.kube.clients.ClusterUnreachable`): the key waits ``retry_after``
     seconds and is settled again, its records held (and taken in as they come),
-    no slot held meanwhile, nothing dead-lettered. When flushing (stopping, the
-    partition revoked) nothing can be written: its records are let go, and the
-    cluster's watcher republishes the job once the cluster is back (its relist,
-    then every resync), which whoever holds the key then settles."""
+    no slot held meanwhile, nothing dead-lettered.
+
+    After ``release_after`` seconds of waiting, the key lets its records go, so the
+    partition's commits move on (a worker restarted in a long outage would otherwise
+    read everything since it began): first a :data:`~shared.bus.records.WAKE_ACTION`
+    record of ``service`` goes on the key (from ``publisher``, which waits out a broker
+    outage as every write does), which is taken in again and waits in their place; if
+    the broker refuses it for good, the key goes on holding.
+
+    When flushing (stopping, the partition revoked) nothing can be written: its records
+    are let go, and the cluster's watcher republishes the job once the cluster is back
+    (its relist, then every resync), which whoever holds the key then settles."""
+    def now() -> float:
+        return asyncio.get_running_loop().time()
+
+    since: dict[str, float] = {}
+    """Job key → when it began waiting for its cluster."""
 
     async def settle_key(job_key: str, parent: otel_context.Context, flush: bool) -> float | None:
         try:
-            return await settle(job_key, parent, flush)
+            delay = await settle(job_key, parent, flush)
         except clients.ClusterUnreachable as exc:
             if flush:
+                since.pop(job_key, None)
                 log.warning("%s: let go unsettled (%s)", job_key, exc.message)
+                return None
+            began = since.setdefault(job_key, now())
+            waited = now() - began
+            if publisher is not None and waited >= release_after and await _wake_later(
+                    publisher, service, job_key, waited, exc):
+                del since[job_key]
                 return None
             log.debug("%s: waiting %.1fs (%s)", job_key, exc.retry_after or 0.0, exc.message)
             return exc.retry_after
+        since.pop(job_key, None)
+        return delay
 
     return settle_key
+
+
+async def _wake_later(publisher: producing.Publisher, service: str, job_key: str, waited: float,
+                      exc: clients.ClusterUnreachable) -> bool:
+    cluster = cluster_of(job_key)
+    record = records.Decision(
+        key=job_key, action=records.WAKE_ACTION, reason="ClusterUnreachable", source=service,
+        message=f"cluster {cluster} has not answered for {waited:.0f}s ({exc.message}): the records before this "
+                f"one are let go, and this one waits in their place",
+    )
+    try:
+        await publisher.publish(record)
+    except Exception as failed:  # refused for good: hold on, and try again after the next wait
+        log.warning("%s: cannot leave a wake-up record (%r); its records stay held", job_key, failed)
+        return False
+    log.info("%s: cluster %s has not answered for %.0fs: its records let go, a wake-up record left",
+             job_key, cluster, waited)
+    return True
 
 
 class Worker(Protocol):
@@ -97,6 +144,8 @@ class Identity:
     """Port of the Prometheus ``/metrics`` endpoint; 0: none."""
     health_port: int = 0
     """Port of the probes ``/healthz`` and ``/readyz`` (also served beside ``/metrics``); 0: none of its own."""
+    release_after: float = RELEASE_AFTER
+    """Seconds a job key whose cluster does not answer holds its records (:func:`waiting_for_clusters`)."""
 
 
 def cluster_names(kubeconfig: pathlib.Path | None, in_cluster_name: str) -> list[str]:
@@ -161,7 +210,8 @@ async def run(
         consumer = await stack.enter_async_context(
             consuming.KeyedConsumer(
                 kafka, identity.group_id, worker.handle, accept=worker.accepts,
-                settle=service_metrics.timed_settle(identity.service, waiting_for_clusters(worker.settle)),
+                settle=service_metrics.timed_settle(identity.service, waiting_for_clusters(
+                    worker.settle, publisher, identity.service, identity.release_after)),
                 lane=cluster_of, lane_limit=lane_limit(identity.concurrency),
                 on_event=[service_metrics.on_bus_event],
                 on_revoked=worker.forget,

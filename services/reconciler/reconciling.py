@@ -33,8 +33,8 @@ from services.reconciler.settings import ReconcilerSettings
 
 log = logging.getLogger(__name__)
 
-WANTED_DECISIONS = frozenset({"timer_fired", "job_check_due"})
-"""Decisions the reconciler reads: its own timers and checks. Not failure verdicts:
+WANTED_DECISIONS = frozenset({"timer_fired", "job_check_due", records.WAKE_ACTION})
+"""Decisions the reconciler reads: its own timers, checks and wake-ups. Not failure verdicts:
 a verdict is taken from the job (``kto.dev/failure``), never from a record."""
 DELETE_CONFIRM_AFTER = 5.0
 """Seconds after which a child this worker deleted, whose DELETED observation has not come,
@@ -112,7 +112,7 @@ class Reconciler:
                 self._checking.discard(record.key)
                 view.hydrated = False  # read the job and its children afresh
                 return True
-            return record.action == "timer_fired"
+            return record.action == "timer_fired" or records.is_wake(record, "reconciler")
         if record.event == "DELETED":
             self._deletion_seen(record.key, record.object)
         if not record.omitted and record.event != "DELETED":

@@ -21,7 +21,7 @@ async def run(
         service="reconciler", instance=settings.instance, group_id=settings.group_id,
         kubeconfig=settings.kubeconfig, in_cluster_name=settings.in_cluster_name,
         concurrency=settings.concurrency, span_name="reconcile", metrics_port=settings.metrics_port,
-        health_port=settings.health_port,
+        health_port=settings.health_port, release_after=settings.release_after,
     )
     await workers.run(
         identity, kafka,

@@ -38,6 +38,10 @@ class ReconcilerSettings:
     create_concurrency: int = 16
     """Pods and services of one job created at the same time."""
 
+    release_after: float = 60.0
+    """Seconds a job key whose cluster does not answer holds its records before it lets them
+    go and leaves a wake-up record in their place (``--release-after``)."""
+
     group_id: str = "kto-reconciler"
     """Kafka consumer group shared by all reconciler workers."""
 

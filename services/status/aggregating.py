@@ -73,8 +73,11 @@ class StatusAggregator:
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
-        observations of jobs, pods and (an MPIJob v2beta1's launcher) batch Jobs; no decision."""
+        observations of jobs, pods and (an MPIJob v2beta1's launcher) batch Jobs, and the wake-ups of
+        keys that waited for their cluster (:func:`shared.workers.waiting_for_clusters`)."""
         kind, _, what = type_tag.partition(":")
+        if kind == "decision":
+            return what == records.WAKE_ACTION
         return kind == "observation" and (what in STATUS_CHILD_KINDS or what in jobs.KINDS)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
@@ -84,7 +87,7 @@ class StatusAggregator:
         if key.kind not in jobs.KINDS:
             return False
         if isinstance(record, records.Decision):
-            return False
+            return records.is_wake(record, "status")
         if not record.omitted and record.event != "DELETED" and (
                 record.object_kind in jobs.KINDS or record.object_kind in STATUS_CHILD_KINDS):
             self._view(record.key).note_logged(record.object, record.object_kind in jobs.KINDS)

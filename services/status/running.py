@@ -15,7 +15,7 @@ async def run(settings: StatusSettings, kafka: KafkaSettings, on_ready: Callable
         service="status", instance=settings.instance, group_id=settings.group_id,
         kubeconfig=settings.kubeconfig, in_cluster_name=settings.in_cluster_name,
         concurrency=settings.concurrency, span_name="aggregate status", metrics_port=settings.metrics_port,
-        health_port=settings.health_port,
+        health_port=settings.health_port, release_after=settings.release_after,
     )
     await workers.run(
         identity, kafka,

@@ -25,6 +25,10 @@ class StatusSettings:
     concurrency: int = 32
     """Job keys handled at the same time by this worker."""
 
+    release_after: float = 60.0
+    """Seconds a job key whose cluster does not answer holds its records before it lets them
+    go and leaves a wake-up record in their place (``--release-after``)."""
+
     group_id: str = "kto-status"
     """Kafka consumer group shared by all status workers."""
 

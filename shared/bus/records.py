@@ -208,9 +208,16 @@ WELL_KNOWN_ACTIONS: tuple[str, ...] = (
     "timer_fired",
     "job_check_due",
     "child_updated",
+    "cluster_wait_released",
 )
 """Actions the services publish today. ``Decision.action`` stays an open string so
 a newer service can add one without breaking older readers."""
+
+
+WAKE_ACTION = "cluster_wait_released"
+"""The record a worker leaves on a job's key when it lets go of the key's records after
+waiting for its cluster (:func:`shared.workers.waiting_for_clusters`): taken in again, it
+settles the key anew, in the group of the service that wrote it (``source``)."""
 
 
 class Decision(_Envelope):
@@ -468,3 +475,8 @@ def decode(data: bytes | None) -> Observation | Decision:
         raise MalformedRecord(f"invalid envelope: {problems[:2000]}") from None
     except Exception as exc:
         raise MalformedRecord(f"invalid envelope: {_short(exc)}") from None
+
+
+def is_wake(record: Observation | Decision, service: str) -> bool:
+    """A :data:`WAKE_ACTION` record of ``service``'s workers (the other group passes over it)."""
+    return isinstance(record, Decision) and record.action == WAKE_ACTION and record.source == service

@@ -199,12 +199,12 @@ def _check_act(report: JobReport, offset: int, record: records.Decision, plan: d
         return
     if field == "delete_job":
         if not plan.get("delete_job"):
-            _diverge(report, offset, what, "the job deleted", "the last pass did not delete the job")
+            _diverge(report, offset, what, "the job deleted", "its pass did not delete the job")
         return
     planned = plan.get(field) or []
     name = f"{record.child_kind}/{record.child_name}"
     if not any(item == name or str(item).startswith(name + ":") for item in planned):
-        _diverge(report, offset, what, name, f"the last pass's {field}: {planned}")
+        _diverge(report, offset, what, name, f"its pass's {field}: {planned}")
 
 
 def _diverge(report: JobReport, offset: int, what: str, recorded: Any, derived: Any) -> None:

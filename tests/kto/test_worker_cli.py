@@ -24,6 +24,8 @@ def kto(*args: str) -> subprocess.CompletedProcess[str]:
         (["reconciler", "--create-concurrency", "0"], "--create-concurrency"),
         (["reconciler", "--concurrency", "0"], "--concurrency"),
         (["reconciler", "--check-after", "-5"], "--check-after"),
+        (["reconciler", "--release-after", "0"], "--release-after"),
+        (["status-service", "--release-after", "nan"], "--release-after"),
         (["status-service", "--kubeconfig", "/nonexistent/kubeconfig"], "/nonexistent/kubeconfig"),
     ],
 )
