@@ -43,6 +43,7 @@ from typing import IO, Any
 
 import yaml
 
+from shared import lifecycle
 from shared.bus import settings as bus_settings
 from shared.kube import clients, resources
 
@@ -408,7 +409,7 @@ def _condition(obj: dict[str, Any], kind: str) -> bool:
     )
 
 
-class Stack:
+class Stack(lifecycle.Started):
     """The running pipeline; ``async with Stack(settings) as stack:``.
 
     After entering: ``kubeconfig`` (merged, contexts ``contexts``),
@@ -446,16 +447,6 @@ class Stack:
                                     security_protocol="PLAINTEXT")
         return local if self.settings.broker == "kafka" else bus_settings.for_tansu(local)
 
-    async def __aenter__(self) -> Stack:
-        try:
-            await self.start()
-        except BaseException:
-            await asyncio.shield(self.stop())
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.shield(self.stop())
 
     # --- start -----------------------------------------------------------
 

@@ -31,7 +31,8 @@ from typing import IO
 
 from realparts import caching, ports
 from shared.bus import broker as bus_broker
-from shared.bus import errors, lifecycle
+from shared import lifecycle
+from shared.bus import errors
 from shared.bus.settings import KafkaSettings
 
 KAFKA_VERSION = "4.1.1"

@@ -36,6 +36,7 @@ from typing import IO, Any
 import yaml
 
 from realparts import caching, ports
+from shared import lifecycle
 
 KUBERNETES_VERSION = "v1.37.2"
 """The pinned Kubernetes release (``k8s.io/kubernetes`` on the Go module proxy)."""
@@ -238,7 +239,7 @@ def _kubeconfig(url: str, ca: pathlib.Path, token: str, context: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-class ControlPlane:
+class ControlPlane(lifecycle.Started):
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler on 127.0.0.1.
 
     ``async with ControlPlane(state_dir) as plane:`` builds the binaries if
@@ -266,16 +267,6 @@ class ControlPlane:
         self._tokens: dict[str, str] = {}
         self._ports: dict[str, int] = {}
 
-    async def __aenter__(self) -> ControlPlane:
-        try:
-            await self.start()
-        except BaseException:
-            await asyncio.shield(self.stop())
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.shield(self.stop())
 
     # -- set-up ----------------------------------------------------------
 

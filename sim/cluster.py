@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from shared import lifecycle
 from sim import collecting, faults, jobcontrolling, kubelet, nodes, scheduling, serving
 from sim import settings as sim_settings
 from sim import store as sim_store
@@ -66,7 +67,7 @@ class Admin:
         await self._cluster.server.evict(namespace, name)
 
 
-class Cluster:
+class Cluster(lifecycle.Started):
     """``async with Cluster(settings) as cluster:`` — a running local cluster."""
 
     def __init__(self, settings: sim_settings.SimSettings | None = None) -> None:
@@ -94,12 +95,6 @@ class Cluster:
         """The request log: verb, resource, subresource, namespace, name, code, duration, fault."""
         return list(self.server.requests)
 
-    async def __aenter__(self) -> Cluster:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def start(self) -> None:
         for node in nodes.make_nodes(self.settings, sim_store.now()):

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from services.webhook.settings import WebhookSettings
+from shared import lifecycle
 from shared.core import admitting
 
 log = logging.getLogger("kto.webhook")
@@ -71,7 +72,7 @@ def handler(hook: admitting.Hook) -> Handler:
     return admit
 
 
-class Server:
+class Server(lifecycle.Started):
     """``async with Server(settings) as server:`` — the webhook listening on ``server.url``."""
 
     def __init__(self, settings: WebhookSettings) -> None:
@@ -158,13 +159,3 @@ class Server:
         if runner is not None:
             await runner.cleanup()
 
-    async def __aenter__(self) -> Server:
-        try:
-            await self.start()
-        except BaseException:
-            await asyncio.shield(self.stop())
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.shield(self.stop())

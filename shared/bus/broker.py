@@ -24,7 +24,8 @@ from typing import IO
 from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from shared.bus import errors, lifecycle
+from shared import lifecycle
+from shared.bus import errors
 from shared.bus.settings import KafkaSettings, client_options, for_tansu
 
 log = logging.getLogger("kto.bus.broker")

@@ -62,8 +62,8 @@ from aiokafka.abc import ConsumerRebalanceListener
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from shared import tracing
-from shared.bus import errors, events, lifecycle, records, retrying, spans
+from shared import lifecycle, tracing
+from shared.bus import errors, events, records, retrying, spans
 from shared.bus.producing import Publisher
 from shared.bus.settings import KafkaSettings, client_options
 

@@ -31,7 +31,8 @@ from aiokafka import errors as kafka_errors
 from opentelemetry import trace
 
 from shared import tracing
-from shared.bus import errors, events, lifecycle, records, retrying, spans
+from shared import lifecycle
+from shared.bus import errors, events, records, retrying, spans
 from shared.bus.settings import KafkaSettings, client_options
 
 _tracer = trace.get_tracer("kto.bus")
