@@ -126,6 +126,11 @@ class StackSettings:
     worker_args: tuple[str, ...] = ()
     """Further arguments of every reconciler and status worker (e.g. ``--release-after 5``)."""
 
+    metrics_port_base: int = 0
+    """First port of the services' Prometheus ``/metrics`` (watchers, then reconcilers, then status
+    workers, one port each, in that order; :attr:`Stack.metrics_targets`); 0: none. Either way each
+    service is given its port (or 0), so a ``KTO_METRICS_PORT`` in the environment is not taken by all."""
+
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
     in ``<state-dir>/webhook``), registered on every cluster after the CRDs (docs/admission.md);
@@ -151,6 +156,9 @@ class StackSettings:
             raise StackError(f"broker {self.broker!r} is not one of {', '.join(BROKERS)}")
         if self.runtime not in RUNTIMES:
             raise StackError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if self.metrics_port_base and not 1024 <= self.metrics_port_base <= 65535 - self.services:
+            raise StackError(f"metrics port base {self.metrics_port_base}: need a port from 1024 to "
+                             f"{65535 - self.services} ({self.services} services take one each)")
         if self.control_plane == "kube" and self.fault_spec:
             raise StackError("API latency and faults are injected by the sim only: use --control-plane sim")
 
@@ -160,6 +168,11 @@ class StackSettings:
         (and builds first on a new machine)."""
         real = self.control_plane == "kube" or self.broker == "kafka"
         return max(self.start_timeout, 900.0) if real else self.start_timeout
+
+    @property
+    def services(self) -> int:
+        """Watchers, reconcilers and status workers: the processes that serve metrics."""
+        return self.clusters + self.reconcilers + self.status_workers
 
     @property
     def contexts(self) -> list[str]:
@@ -427,6 +440,10 @@ class Stack(lifecycle.Started):
         self.bootstrap = ""
         self.sim_urls: dict[str, str] = {}
         self.webhook_url = ""
+        self.metrics_targets: dict[str, str] = {}
+        """Service name → ``127.0.0.1:PORT`` of its ``/metrics`` (``settings.metrics_port_base``)."""
+        self.scrape_config = self.state_dir / "prometheus.yml"
+        """A Prometheus config scraping :attr:`metrics_targets`, written when there are any."""
         """The admission webhook's base URL (``settings.webhooks`` > 0), registered on every cluster."""
         self.children: list[Child] = []
         self._tiers: list[list[Child]] = []
@@ -496,6 +513,7 @@ class Stack(lifecycle.Started):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for old in self.log_dir.glob("*.log"):
             old.unlink()
+        self.scrape_config.unlink(missing_ok=True)
         if s.kafka is not None:
             self.bootstrap = s.kafka.bootstrap
         else:
@@ -544,7 +562,7 @@ class Stack(lifecycle.Started):
 
         services: list[Child] = []
         for context in self.contexts:
-            services.append(self._child(
+            services.append(self._service(
                 f"watcher-{context}", "watcher", "--cluster", context,
                 "--kubeconfig", str(self.kubeconfig), "--context", context, *s.watcher_args,
             ))
@@ -552,11 +570,29 @@ class Stack(lifecycle.Started):
             argv = ["reconciler", "--kubeconfig", str(self.kubeconfig)]
             if s.reconciler_concurrency is not None:
                 argv += ["--concurrency", str(s.reconciler_concurrency)]
-            services.append(self._child(f"reconciler-{i}", *argv, *s.worker_args))
+            services.append(self._service(f"reconciler-{i}", *argv, *s.worker_args))
         for i in range(1, s.status_workers + 1):
-            services.append(self._child(f"status-{i}", "status-service", "--kubeconfig", str(self.kubeconfig),
-                                        *s.worker_args))
+            services.append(self._service(f"status-{i}", "status-service", "--kubeconfig", str(self.kubeconfig),
+                                          *s.worker_args))
+        if self.metrics_targets:
+            self._write_scrape_config()
         await self._start_tier_checked(services)
+
+    def _service(self, name: str, *argv: str) -> Child:
+        """A watcher or worker, with its own metrics port (or none) and no probes port of its own."""
+        port = 0
+        if self.settings.metrics_port_base:
+            port = self.settings.metrics_port_base + len(self.metrics_targets)
+            self.metrics_targets[name] = f"127.0.0.1:{port}"
+        return self._child(name, *argv, "--metrics-port", str(port), "--health-port", "0")
+
+    def _write_scrape_config(self) -> None:
+        """``<state-dir>/prometheus.yml``: a Prometheus config scraping every service, labelled as
+        deploy/'s pods are (``service``), for the dashboard in deploy/grafana."""
+        jobs = [{"job_name": "kto", "scrape_interval": "5s", "static_configs": [
+            {"targets": [target], "labels": {"service": name.split("-", 1)[0], "instance_name": name}}
+            for name, target in self.metrics_targets.items()]}]
+        self.scrape_config.write_text(yaml.safe_dump({"scrape_configs": jobs}, sort_keys=False))
 
     async def _start_tier_checked(self, children: list[Child], timeout: float | None = None) -> None:
         """Start a tier; the first child's failure becomes one StackError (not an ExceptionGroup)."""

@@ -26,7 +26,7 @@ _EPILOG = """\
 State directory layout: DIR/kubeconfig (contexts kto-1 ... kto-N, current
 kto-1), DIR/logs/<process>.log, DIR/clusters/<context>/kubeconfig (each sim's
 own), DIR/webhook/ (the admission webhook's self-signed CA and certificate),
-DIR/up.lock (held while running). Stop with Ctrl-C or SIGTERM: watchers
+DIR/prometheus.yml (with --metrics-port-base), DIR/up.lock (held while running). Stop with Ctrl-C or SIGTERM: watchers
 and workers stop first, then the clusters, then the broker.
 """
 
@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
                         help="seconds a simulated pod runs unless its sim.kto.dev/duration says otherwise "
                              "(default 2; longer lets you watch a job scale)")
+    parser.add_argument("--metrics-port-base", type=int, default=0, metavar="PORT",
+                        help="serve each watcher's, reconciler's and status worker's Prometheus /metrics on its "
+                        "own port from PORT up (in that order), and write DIR/prometheus.yml to scrape them "
+                        "(default 0: no metrics)")
     parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
                         help="how the nodes run pods: simulated (default) or process: a pod whose containers "
                              "all have a command runs them as local processes (docs/sandbox.md)")
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
             control_plane=args.control_plane, broker=args.broker, runtime=args.runtime,
-            webhooks=args.webhooks,
+            webhooks=args.webhooks, metrics_port_base=args.metrics_port_base,
         )
     except stack.StackError as exc:
         raise UserError(str(exc)) from None
@@ -116,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  kubectl --kubeconfig {running_stack.kubeconfig} apply -f job.yaml", flush=True)
                 print(f"  kubectl --kubeconfig {running_stack.kubeconfig} --context kto-1 get pytorchjobs",
                       flush=True)
+                if running_stack.metrics_targets:
+                    targets = " ".join(f"{name}={target}" for name, target in running_stack.metrics_targets.items())
+                    print(f"  metrics: {targets}  (Prometheus: {running_stack.scrape_config})", flush=True)
                 print(f"  logs: {running_stack.log_dir}/   stop: Ctrl-C", flush=True)
                 async with asyncio.TaskGroup() as group:
                     table = group.create_task(_show(running_stack), name="kto-up-table")

@@ -16,6 +16,8 @@ import yaml
 
 from kto import stack
 from kto.commands import up
+from realparts import ports
+from tests.pipeline.test_metrics import scrape
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KUBECTL = REPO / ".venv" / "bin" / "kubectl"
@@ -78,6 +80,42 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
         "broker.log", "reconciler-1.log", "sim-kto-1.log", "sim-kto-2.log", "status-1.log",
         "watcher-kto-1.log", "watcher-kto-2.log",
     ]
+
+
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive ports nobody listens on now."""
+    for _ in range(50):
+        base = ports.free()
+        if base + count <= 65535 and not any(ports.in_use(base + i) for i in range(count)):
+            return base
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+async def test_every_service_of_the_stack_serves_its_own_metrics_and_prometheus_gets_a_config(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A KTO_METRICS_PORT in the environment is not taken by every child at once.
+    monkeypatch.setenv("KTO_METRICS_PORT", str(ports.free()))
+    base = _free_run(4)
+    settings = stack.StackSettings(state_dir=tmp_path / "state", clusters=2, partitions=4, metrics_port_base=base)
+    async with stack.Stack(settings) as running:
+        assert running.metrics_targets == {
+            "watcher-kto-1": f"127.0.0.1:{base}", "watcher-kto-2": f"127.0.0.1:{base + 1}",
+            "reconciler-1": f"127.0.0.1:{base + 2}", "status-1": f"127.0.0.1:{base + 3}",
+        }
+        config = yaml.safe_load(running.scrape_config.read_text())
+        (job,) = config["scrape_configs"]
+        assert [(c["targets"], c["labels"]["service"]) for c in job["static_configs"]] == [
+            ([f"127.0.0.1:{base}"], "watcher"), ([f"127.0.0.1:{base + 1}"], "watcher"),
+            ([f"127.0.0.1:{base + 2}"], "reconciler"), ([f"127.0.0.1:{base + 3}"], "status")]
+        expected = {"watcher": "training_operator_jobs_deleted", "reconciler": "controller_runtime_reconcile",
+                    "status": "kto_status_writes"}
+        for name, target in running.metrics_targets.items():
+            scraped = await scrape(int(target.rsplit(":", 1)[1]))
+            assert expected[name.split("-", 1)[0]] in scraped.families, (name, sorted(scraped.families))
+        assert running.exits() == []
+    with pytest.raises(stack.StackError, match="metrics port base 80"):
+        stack.StackSettings(state_dir=tmp_path / "other", metrics_port_base=80)
 
 
 def test_kto_up_prints_ready_and_stops_on_sigterm(tmp_path: pathlib.Path) -> None:
