@@ -17,6 +17,8 @@ from sim.settings import SimSettings
 NAMESPACE = "default"
 LEASE = "kto-test-lease"
 TIMING = {"lease_duration": 1.5, "renew_deadline": 1.0, "retry_period": 0.2}
+SLACK = 1.5
+"""Seconds a loaded two-core CI machine may add to a bound the lease timing sets."""
 
 
 @pytest.fixture
@@ -112,7 +114,7 @@ async def test_a_standby_takes_over_a_crashed_leader_within_the_lease_duration(c
         assert not beta.leading.is_set()
         await alpha.stop()  # no release: as if the process were killed
         took = await _until(beta.leading.is_set, 5)
-        assert took <= TIMING["lease_duration"] + 2 * TIMING["retry_period"] + 0.5
+        assert took <= TIMING["lease_duration"] + 2 * TIMING["retry_period"] + SLACK
         spec = await _lease(client)
         assert spec["holderIdentity"] == "beta"
         assert spec["leaseTransitions"] == 1
@@ -165,7 +167,7 @@ async def test_a_leader_that_cannot_renew_steps_down_by_the_renew_deadline(
         # Every write to the Lease now fails with 409: renewal is impossible.
         cluster.admin.set_faults("conflict_rate=1;resources=leases.coordination.k8s.io")
         took = await _until(lambda: not alpha.leading.is_set(), 5)
-        assert took <= TIMING["renew_deadline"] + TIMING["retry_period"] + 0.5
+        assert took <= TIMING["renew_deadline"] + TIMING["retry_period"] + SLACK
     finally:
         await alpha.stop()
 

