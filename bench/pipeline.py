@@ -181,8 +181,11 @@ class Result:
     finished: float
     jobs: dict[tuple[str, str], _Job]
     writes: collections.Counter[str]
-    """``verb resource[/subresource]`` → count, kto's writes only (bench creates and Leases removed)."""
+    """``verb resource[/subresource]`` → count, the operator's writes only (bench creates, Leases and
+    certificate rotation removed)."""
     lease_writes: int
+    certificate_writes: int = 0
+    """Writes of a webhook certificate's rotation (:func:`_certificate_housekeeping`), no job's."""
 
     def figures(self) -> dict[str, Any]:
         s = self.settings
@@ -222,6 +225,7 @@ class Result:
             "event_writes_goal_per_job": s.replicas + 3,
             "api_writes_by_kind": dict(sorted(self.writes.items())),
             "lease_writes": self.lease_writes,
+            "certificate_writes": self.certificate_writes,
         }
 
 
@@ -337,7 +341,7 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
                              f"{settings.timeout:g}s: {', '.join(stuck[:5])}{' …' if len(stuck) > 5 else ''}")
         finished = max(j.succeeded for j in jobs.values() if j.succeeded is not None)
         writes: collections.Counter[str] = collections.Counter()
-        lease_writes = 0
+        lease_writes = certificate_writes = 0
         for context, client in kube.items():
             entries, _ = await _request_log(client, log_start[context], audit.get(context))
             for entry in entries:
@@ -350,12 +354,22 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
                 if plural == resources.LEASES.plural:
                     lease_writes += 1
                     continue
+                if _certificate_housekeeping(plural, str(entry.get("name") or "")):
+                    certificate_writes += 1
+                    continue
                 sub = entry.get("subresource")
                 writes[f"{verb} {resource}{'/' + sub if sub else ''}"] += 1
     finally:
         for client in kube.values():
             await asyncio.shield(client.close())
-    return Result(settings, len(target.contexts), started, finished, jobs, writes, lease_writes)
+    return Result(settings, len(target.contexts), started, finished, jobs, writes, lease_writes, certificate_writes)
+
+
+def _certificate_housekeeping(plural: str, name: str) -> bool:
+    """A write of a webhook certificate's rotation (the training-operator's Secret and the CA it
+    injects into its webhook configuration): periodic, no job's."""
+    return plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations") or (
+        plural == resources.SECRETS.plural and name.endswith("-webhook-cert"))
 
 
 async def _follow(

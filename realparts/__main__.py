@@ -10,12 +10,13 @@ from __future__ import annotations
 import sys
 import time
 
-from realparts import caching, kafka, kube, strimzi
+from realparts import caching, kafka, kube, strimzi, upstream
 
 
 def main() -> int:
     for name, ensure in (("kubernetes", kube.ensure_binaries), ("kafka", kafka.ensure_kafka),
-                         ("strimzi's KafkaTopic CRD", strimzi.ensure_kafkatopic_crd)):
+                         ("strimzi's KafkaTopic CRD", strimzi.ensure_kafkatopic_crd),
+                         (f"kubeflow's training-operator {upstream.VERSION}", upstream.ensure_binary)):
         started = time.monotonic()
         try:
             where = ensure()

@@ -50,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
                         help="first measure the stack this long with no job: each process's CPU per second "
                              "(a watcher's Lease renewals and watches, the sims' loops); default 0: not measured")
+    parser.add_argument("--operator", choices=("kto", "training-operator"), default="kto",
+                        help="what runs the jobs: kto (default), or Kubeflow's training-operator "
+                             "(built once from the Go module proxy; needs --control-plane kube): the same jobs, "
+                             "watches and API-write count, side by side")
+    parser.add_argument("--controller-threads", type=int, default=1, metavar="N",
+                        help="--operator training-operator: its --controller-threads (default 1, its own default)")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/bench"),
                         help="kubeconfig and logs of the benchmark's stack (default .kto/bench)")
 
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
+    if args.operator == "training-operator":
+        return _upstream(args, stack_settings, bench_settings)
     freeze = None
     if args.freeze > 0:
         if args.clusters < 2:
@@ -86,6 +94,30 @@ def run(args: argparse.Namespace) -> int:
     try:
         figures = asyncio.run(_bench(stack_settings, bench_settings, args.ceiling_creates, args.idle, freeze))
     except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+def _upstream(args: argparse.Namespace, stack_settings: object, bench_settings: object) -> int:
+    import asyncio
+    import json
+
+    from bench import pipeline, upstream
+    from kto import stack
+    from kto.cli import UserError
+    from realparts import caching
+
+    assert isinstance(stack_settings, stack.StackSettings)
+    assert isinstance(bench_settings, pipeline.PipelineSettings)
+    if args.controller_threads < 1:
+        raise UserError("--controller-threads must be at least 1")
+    if args.freeze > 0 or args.idle > 0:
+        raise UserError("--freeze and --idle measure kto's own processes: not with --operator training-operator")
+    _forget_last_run(stack_settings.state_dir)
+    try:
+        figures = asyncio.run(upstream.run(stack_settings, bench_settings, _progress, args.controller_threads))
+    except (pipeline.BenchError, stack.StackError, caching.PartError) as exc:
         raise UserError(str(exc)) from None
     print(json.dumps(figures, indent=2))
     return 0
@@ -185,7 +217,7 @@ def _forget_last_run(state_dir: pathlib.Path) -> None:
     and ceiling pods already exist cannot run)."""
     import shutil
 
-    for part in ("ceiling", "clusters", "kafka"):
+    for part in ("ceiling", "clusters", "kafka", "upstream"):
         shutil.rmtree(state_dir / part, ignore_errors=True)
 
 

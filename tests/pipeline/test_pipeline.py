@@ -98,8 +98,15 @@ async def test_each_kind_goes_created_running_succeeded_with_the_planned_childre
     for pod_name, expected in env.items():
         assert expected.items() <= env_of(seen[pod_name]).items()
     if kind != "MPIJob":
-        services, _ = await pipeline.client.list(resources.SERVICES, pipeline.namespace, f"training.kubeflow.org/job-name={name}")
-        assert {s["metadata"]["name"] for s in services} == set(pod_names)
+        # Pods and Services go out concurrently: the last Service may follow the last pod.
+        services: list[dict[str, Any]] = []
+
+        async def all_services_created() -> bool:
+            services[:], _ = await pipeline.client.list(
+                resources.SERVICES, pipeline.namespace, f"training.kubeflow.org/job-name={name}")
+            return {s["metadata"]["name"] for s in services} == set(pod_names)
+
+        await pipeline.eventually(all_services_created, what=f"services of {name}")
         assert all(s["spec"]["clusterIP"] == "None" for s in services)
     done = await pipeline.wait_for(kind, name, "Succeeded")
     types = [c["type"] for c in done["status"]["conditions"]]
