@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+from typing import Any
 
 from kto import serving
 
@@ -114,13 +115,46 @@ def _upstream(args: argparse.Namespace, stack_settings: object, bench_settings: 
         raise UserError("--controller-threads must be at least 1")
     if args.freeze > 0 or args.idle > 0:
         raise UserError("--freeze and --idle measure kto's own processes: not with --operator training-operator")
+    if stack_settings.control_plane != "kube" or stack_settings.clusters != 1:
+        raise UserError("the training-operator runs on the real control plane, one cluster: "
+                        "--control-plane kube --clusters 1")
     _forget_last_run(stack_settings.state_dir)
     try:
-        figures = asyncio.run(upstream.run(stack_settings, bench_settings, _progress, args.controller_threads))
+        figures = asyncio.run(_upstream_run(stack_settings, bench_settings, args.controller_threads))
     except (pipeline.BenchError, stack.StackError, caching.PartError) as exc:
         raise UserError(str(exc)) from None
+    figures["parameters"]["nodes"] = stack_settings.nodes
     print(json.dumps(figures, indent=2))
     return 0
+
+
+async def _upstream_run(stack_settings: object, bench_settings: object, threads: int) -> dict[str, Any]:
+    """A fresh real control plane of the stack's shape, the training-operator on it (bench/upstream.py)."""
+    import asyncio
+    import os
+
+    from bench import pipeline, upstream
+    from kto import stack
+
+    assert isinstance(stack_settings, stack.StackSettings)
+    assert isinstance(bench_settings, pipeline.PipelineSettings)
+    directory = stack_settings.state_dir.resolve() / "upstream"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stack.REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    cluster = stack.Child(f"control-plane-{upstream.CONTEXT}",
+                          stack.cluster_argv(stack_settings, directory, upstream.CONTEXT),
+                          directory / "control-plane.log", env)
+    _progress("building (once) and starting the training-operator on a fresh control plane")
+    try:
+        ready = await cluster.start(stack_settings.part_timeout)
+        if len(ready) < 2:
+            raise stack.StackError(f"the control plane's ready line is not 'ready <url> <kubeconfig>' "
+                                   f"(see {cluster.log})")
+        return await upstream.run(pathlib.Path(ready[1]), directory / "audit.log",
+                                  directory / "training-operator.log", bench_settings, _progress,
+                                  stack.cpu_seconds, threads)
+    finally:
+        await asyncio.shield(cluster.stop(max(stack_settings.stop_timeout, 30.0)))
 
 
 def _progress(text: str) -> None:
