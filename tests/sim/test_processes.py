@@ -240,7 +240,15 @@ async def test_a_deleted_pod_stops_its_process(kubectl: Any, tmp_path: pathlib.P
         await asyncio.sleep(0.05)
     pid = int(marker.read_text())
     await kubectl("delete", "pod", "server", "--wait=true", timeout=40)
-    assert not pathlib.Path(f"/proc/{pid}").exists() or "Z" in pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert not _running(pid), f"process {pid} of the deleted pod still runs"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie); it may go while being read."""
+    try:
+        return "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:  # gone (FileNotFoundError, or ProcessLookupError mid-read)
+        return False
 
 
 async def test_a_pod_without_a_command_is_simulated_and_says_why(kubectl: Any) -> None:
