@@ -187,6 +187,14 @@ class StackSettings:
         return ";".join(clauses)
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a ``kto`` child process: this one's, unbuffered (the ready line must reach
+    the log at once), with the repository on ``PYTHONPATH``."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def cluster_argv(settings: StackSettings, directory: pathlib.Path, context: str) -> list[str]:
     """The ``kto`` arguments of one cluster of the settings' control plane; its state in ``directory``.
     It prints ``ready <url> <kubeconfig>``."""
@@ -440,11 +448,11 @@ class Stack(lifecycle.Started):
         self.bootstrap = ""
         self.sim_urls: dict[str, str] = {}
         self.webhook_url = ""
+        """The admission webhook's base URL (``settings.webhooks`` > 0), registered on every cluster."""
         self.metrics_targets: dict[str, str] = {}
         """Service name → ``127.0.0.1:PORT`` of its ``/metrics`` (``settings.metrics_port_base``)."""
         self.scrape_config = self.state_dir / "prometheus.yml"
         """A Prometheus config scraping :attr:`metrics_targets`, written when there are any."""
-        """The admission webhook's base URL (``settings.webhooks`` > 0), registered on every cluster."""
         self.children: list[Child] = []
         self._tiers: list[list[Child]] = []
         """Children in start order, grouped; stopped last tier first."""
@@ -463,7 +471,6 @@ class Stack(lifecycle.Started):
         local = dataclasses.replace(base, bootstrap=self.bootstrap, partitions=self.settings.partitions,
                                     security_protocol="PLAINTEXT")
         return local if self.settings.broker == "kafka" else bus_settings.for_tansu(local)
-
 
     # --- start -----------------------------------------------------------
 
@@ -488,9 +495,7 @@ class Stack(lifecycle.Started):
         self._lock = handle
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"  # the ready line must reach the log at once
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = child_env()
         if self.bootstrap:
             env.update(self.kafka.to_env())
         return env

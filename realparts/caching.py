@@ -16,6 +16,7 @@ import fcntl
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +40,17 @@ def require_tool(name: str, how: str) -> str:
     if found is None:
         raise PartError(f"{name} is not installed (needed to build the real parts): {how}")
     return found
+
+
+def run_logged(command: list[str], *, cwd: pathlib.Path, env: dict[str, str], log_path: pathlib.Path,
+               what: str) -> None:
+    """Run one build step, its output appended to ``log_path``; a PartError naming ``what``, the exit
+    code and the log's last lines if it fails."""
+    with log_path.open("ab") as output:
+        result = subprocess.run(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT, check=False)
+    if result.returncode != 0:
+        lines = log_path.read_text(errors="replace").strip().splitlines()[-8:]
+        raise PartError(f"{what} failed (exit {result.returncode}); last lines of {log_path}: " + " | ".join(lines))
 
 
 def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = False) -> pathlib.Path:

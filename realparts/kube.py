@@ -133,15 +133,8 @@ def _build(directory: pathlib.Path) -> None:
         go, "build", "-trimpath", f"-ldflags=-s -w {version_flags}", "-o", str(directory / "bin") + "/",
         *(f"k8s.io/kubernetes/cmd/{name}" for name in BINARIES if name != "etcd"), "./etcd",
     ]
-    log_path = directory / "build.log"
-    with log_path.open("wb") as output:
-        result = subprocess.run(command, cwd=source, env=env, stdout=output, stderr=subprocess.STDOUT, check=False)
-    if result.returncode != 0:
-        lines = log_path.read_text(errors="replace").strip().splitlines()[-8:]
-        raise caching.PartError(
-            f"go build of Kubernetes {KUBERNETES_VERSION} failed (exit {result.returncode}); "
-            f"last lines of {log_path}: " + " | ".join(lines)
-        )
+    caching.run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
+                       what=f"go build of Kubernetes {KUBERNETES_VERSION}")
     for name in BINARIES:
         if not (directory / "bin" / name).is_file():
             raise caching.PartError(f"go build of Kubernetes {KUBERNETES_VERSION} made no {name} binary")
@@ -266,7 +259,6 @@ class ControlPlane(lifecycle.Started):
         self._token = ""
         self._tokens: dict[str, str] = {}
         self._ports: dict[str, int] = {}
-
 
     # -- set-up ----------------------------------------------------------
 

@@ -29,7 +29,6 @@ import asyncio
 import base64
 import os
 import pathlib
-import subprocess
 import time
 from typing import Any
 
@@ -58,16 +57,10 @@ def _build(directory: pathlib.Path) -> None:
     source.mkdir(parents=True)
     (source / "go.mod").write_text(f"module kto.local/upstreambuild\n\ngo 1.26.0\n\nrequire {MODULE} {VERSION}\n")
     env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
-    log_path = directory / "build.log"
-    with log_path.open("wb") as output:
-        for command in ([go, "get", f"{PACKAGE}@{VERSION}"],
-                        [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / "training-operator"),
-                         PACKAGE]):
-            result = subprocess.run(command, cwd=source, env=env, stdout=output, stderr=subprocess.STDOUT, check=False)
-            if result.returncode != 0:
-                lines = log_path.read_text(errors="replace").strip().splitlines()[-8:]
-                raise caching.PartError(f"{' '.join(command[:2])} of the training-operator {VERSION} failed "
-                                        f"(exit {result.returncode}); last lines of {log_path}: " + " | ".join(lines))
+    for command in ([go, "get", f"{PACKAGE}@{VERSION}"],
+                    [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / "training-operator"), PACKAGE]):
+        caching.run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
+                           what=f"{' '.join(command[:2])} of the training-operator {VERSION}")
 
 
 def ensure_binary(*, quiet: bool = False) -> pathlib.Path:

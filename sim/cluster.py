@@ -95,7 +95,6 @@ class Cluster(lifecycle.Started):
         """The request log: verb, resource, subresource, namespace, name, code, duration, fault."""
         return list(self.server.requests)
 
-
     async def start(self) -> None:
         for node in nodes.make_nodes(self.settings, sim_store.now()):
             self.store._create("nodes", node, None)

@@ -18,7 +18,9 @@ cluster's catch-up once thawed (bench/freezing.py): the ``freeze`` figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kto import serving
@@ -130,31 +132,15 @@ def _upstream(args: argparse.Namespace, stack_settings: object, bench_settings: 
 
 async def _upstream_run(stack_settings: object, bench_settings: object, threads: int) -> dict[str, Any]:
     """A fresh real control plane of the stack's shape, the training-operator on it (bench/upstream.py)."""
-    import asyncio
-    import os
-
     from bench import pipeline, upstream
     from kto import stack
 
-    assert isinstance(stack_settings, stack.StackSettings)
     assert isinstance(bench_settings, pipeline.PipelineSettings)
-    directory = stack_settings.state_dir.resolve() / "upstream"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stack.REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    cluster = stack.Child(f"control-plane-{upstream.CONTEXT}",
-                          stack.cluster_argv(stack_settings, directory, upstream.CONTEXT),
-                          directory / "control-plane.log", env)
     _progress("building (once) and starting the training-operator on a fresh control plane")
-    try:
-        ready = await cluster.start(stack_settings.part_timeout)
-        if len(ready) < 2:
-            raise stack.StackError(f"the control plane's ready line is not 'ready <url> <kubeconfig>' "
-                                   f"(see {cluster.log})")
-        return await upstream.run(pathlib.Path(ready[1]), directory / "audit.log",
-                                  directory / "training-operator.log", bench_settings, _progress,
-                                  stack.cpu_seconds, threads)
-    finally:
-        await asyncio.shield(cluster.stop(max(stack_settings.stop_timeout, 30.0)))
+    async with _fresh_cluster(stack_settings, "upstream", upstream.CONTEXT,
+                              f"control-plane-{upstream.CONTEXT}") as (kubeconfig, directory):
+        return await upstream.run(kubeconfig, directory / "audit.log", directory / "training-operator.log",
+                                  bench_settings, _progress, stack.cpu_seconds, threads)
 
 
 def _progress(text: str) -> None:
@@ -257,24 +243,34 @@ def _forget_last_run(state_dir: pathlib.Path) -> None:
 
 async def _ceiling(settings: object, creates: int) -> float:
     """Pods/s a fresh sim of the same configuration creates for a tight 16-client loop."""
-    import asyncio
-    import os
-
     from bench import pipeline
     from kto import stack
 
     assert isinstance(settings, stack.StackSettings)
-    directory = settings.state_dir.resolve() / "ceiling"
-    directory.mkdir(parents=True, exist_ok=True)
-    argv = stack.cluster_argv(settings, directory, "ceiling")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stack.REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    sim = stack.Child("sim-ceiling", argv, directory / "sim.log", env)
     _progress(f"measuring the raw create ceiling on a fresh {settings.control_plane} cluster")
+    async with _fresh_cluster(settings, "ceiling", "ceiling", "sim-ceiling") as (kubeconfig, _):
+        return await pipeline.measure_create_ceiling(kubeconfig, None, creates=creates)
+
+
+@contextlib.asynccontextmanager
+async def _fresh_cluster(
+    settings: object, part: str, context: str, name: str,
+) -> AsyncIterator[tuple[pathlib.Path, pathlib.Path]]:
+    """A fresh cluster of the stack's configuration (its ``kto sim`` or ``kto control-plane``, context
+    ``context``) under ``<state-dir>/<part>``, stopped on leaving: its kubeconfig and its directory."""
+    import asyncio
+
+    from kto import stack
+
+    assert isinstance(settings, stack.StackSettings)
+    directory = settings.state_dir.resolve() / part
+    directory.mkdir(parents=True, exist_ok=True)
+    cluster = stack.Child(name, stack.cluster_argv(settings, directory, context), directory / f"{name}.log",
+                          stack.child_env())
     try:
-        ready = await sim.start(settings.part_timeout)
+        ready = await cluster.start(settings.part_timeout)
         if len(ready) < 2:
-            raise stack.StackError(f"the sim's ready line is not 'ready <url> <kubeconfig>' (see {sim.log})")
-        return await pipeline.measure_create_ceiling(pathlib.Path(ready[1]), None, creates=creates)
+            raise stack.StackError(f"{name}'s ready line is not 'ready <url> <kubeconfig>' (see {cluster.log})")
+        yield pathlib.Path(ready[1]), directory
     finally:
-        await asyncio.shield(sim.stop(max(settings.stop_timeout, 30.0)))
+        await asyncio.shield(cluster.stop(max(settings.stop_timeout, 30.0)))

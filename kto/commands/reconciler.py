@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         raise cli.UserError(f"--check-after {args.check_after}: must be a number of seconds ≥ 0")
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
-        concurrency=args.concurrency, release_after=args.release_after, group_id=args.group, create_concurrency=args.create_concurrency,
+        concurrency=args.concurrency, release_after=args.release_after, group_id=args.group,
+        create_concurrency=args.create_concurrency,
         check_after=args.check_after, metrics_port=serving.metrics_port(args),
         health_port=serving.health_port(args),
         operator=OperatorSettings(

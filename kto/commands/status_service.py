@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.write_interval >= 0:
         raise cli.UserError(f"--write-interval {args.write_interval}: must be a number of seconds ≥ 0")
     settings = StatusSettings(
-        kubeconfig=args.kubeconfig, concurrency=args.concurrency, release_after=args.release_after, group_id=args.group, record_events=not args.no_events,
+        kubeconfig=args.kubeconfig, concurrency=args.concurrency, release_after=args.release_after,
+        group_id=args.group, record_events=not args.no_events,
         write_interval=args.write_interval, metrics_port=serving.metrics_port(args),
         health_port=serving.health_port(args),
     )

@@ -189,6 +189,12 @@ class Observation(_Envelope):
     annotations) and status; the whole object is on the API server."""
 
 
+WAKE_ACTION = "cluster_wait_released"
+"""The record a worker leaves on a job's key when it lets go of the key's records after
+waiting for its cluster (:func:`shared.workers.waiting_for_clusters`): taken in again, it
+settles the key anew, in the group of the service that wrote it (``source``)."""
+
+
 WELL_KNOWN_ACTIONS: tuple[str, ...] = (
     "child_created",
     "child_deleted",
@@ -208,16 +214,10 @@ WELL_KNOWN_ACTIONS: tuple[str, ...] = (
     "timer_fired",
     "job_check_due",
     "child_updated",
-    "cluster_wait_released",
+    WAKE_ACTION,
 )
 """Actions the services publish today. ``Decision.action`` stays an open string so
 a newer service can add one without breaking older readers."""
-
-
-WAKE_ACTION = "cluster_wait_released"
-"""The record a worker leaves on a job's key when it lets go of the key's records after
-waiting for its cluster (:func:`shared.workers.waiting_for_clusters`): taken in again, it
-settles the key anew, in the group of the service that wrote it (``source``)."""
 
 
 class Decision(_Envelope):

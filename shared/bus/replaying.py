@@ -34,10 +34,6 @@ from typing import Any
 from shared.bus import reading, records
 from shared.core import basis, deriving
 
-ACTS = deriving.ACTS
-"""A reconciler's act → the plan field that must hold it."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Divergence:
     """Where a recorded decision and the one derived again differ."""
@@ -150,17 +146,16 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
             derived = _derive(report, entry.offset, record, deriving.restatus, versions)
             if derived is not None:
                 _compare(report, entry.offset, "status_written", recorded, derived)
-        elif record.action in ACTS and record.source == "reconciler":
+        elif record.action in deriving.ACTS and record.source == "reconciler":
             report.acts += 1
             named = record.detail.get("pass")
-            if not isinstance(named, str):
+            if not isinstance(named, str):  # a kto that named no pass
                 _check_act(report, entry.offset, record, last_pass.get(record.instance))
             elif named in plans:
                 _check_act(report, entry.offset, record, plans[named])
             else:
-                report.unverifiable.append(
-                    f"offset {entry.offset}: {record.action} {record.child_kind or ''}/{record.child_name or ''}: "
-                    f"its {deriving.PASS_ACTION} ({named}) is not in the log, which begins after it")
+                report.unverifiable.append(f"offset {entry.offset}: {_act(record)}: its {deriving.PASS_ACTION} "
+                                           f"({named}) is not in the log, which begins after it")
     return report
 
 
@@ -192,8 +187,8 @@ def _compare(report: JobReport, offset: int, what: str, recorded: Any, derived: 
 
 
 def _check_act(report: JobReport, offset: int, record: records.Decision, plan: dict[str, Any] | None) -> None:
-    field = ACTS[record.action]
-    what = f"{record.action} {record.child_kind or ''}/{record.child_name or ''}".rstrip("/")
+    field = deriving.ACTS[record.action]
+    what = _act(record)
     if plan is None:
         _diverge(report, offset, what, "done", f"no {deriving.PASS_ACTION} of instance {record.instance} before it")
         return
@@ -205,6 +200,11 @@ def _check_act(report: JobReport, offset: int, record: records.Decision, plan: d
     name = f"{record.child_kind}/{record.child_name}"
     if not any(item == name or str(item).startswith(name + ":") for item in planned):
         _diverge(report, offset, what, name, f"its pass's {field}: {planned}")
+
+
+def _act(record: records.Decision) -> str:
+    """``child_created Pod/name``, as the report names an act."""
+    return f"{record.action} {record.child_kind or ''}/{record.child_name or ''}".rstrip("/")
 
 
 def _diverge(report: JobReport, offset: int, what: str, recorded: Any, derived: Any) -> None:
