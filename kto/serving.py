@@ -85,10 +85,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
     )
     parser.add_argument("--group", default=group, help="Kafka consumer group shared by these workers")
     parser.add_argument("--concurrency", type=int, default=32, help="job keys handled at once")
+    from shared.workers import RELEASE_AFTER
+
     parser.add_argument(
-        "--release-after", type=float, default=60.0, metavar="SECONDS",
+        "--release-after", type=float, default=RELEASE_AFTER, metavar="SECONDS",
         help="how long a job key whose cluster does not answer holds its records; then they are let go, so "
-        "the partition's commits move on, and a wake-up record waits in their place (default 60)",
+        f"the partition's commits move on, and a wake-up record waits in their place (default {RELEASE_AFTER:g})",
     )
     add_metrics_argument(parser)
 

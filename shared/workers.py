@@ -53,8 +53,7 @@ RELEASE_AFTER = 60.0
 
 
 def waiting_for_clusters(
-    settle: consuming.Settle, publisher: producing.Publisher | None = None, service: str = "",
-    release_after: float = RELEASE_AFTER,
+    settle: consuming.Settle, publisher: producing.Publisher, service: str, release_after: float,
 ) -> consuming.Settle:
     """``settle`` for a job key whose cluster does not answer
     (:class:`~shared.kube.clients.ClusterUnreachable`): the key waits ``retry_after``
@@ -87,7 +86,7 @@ def waiting_for_clusters(
                 return None
             began = since.setdefault(job_key, now())
             waited = now() - began
-            if publisher is not None and waited >= release_after and await _wake_later(
+            if waited >= release_after and await _wake_later(
                     publisher, service, job_key, waited, exc):
                 del since[job_key]
                 return None

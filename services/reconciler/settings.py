@@ -10,6 +10,7 @@ import uuid
 
 from shared.core.elastic.settings import ElasticSettings
 from shared.core.settings import OperatorSettings
+from shared.workers import RELEASE_AFTER
 
 
 def default_instance(service: str) -> str:
@@ -38,7 +39,7 @@ class ReconcilerSettings:
     create_concurrency: int = 16
     """Pods and services of one job created at the same time."""
 
-    release_after: float = 60.0
+    release_after: float = RELEASE_AFTER
     """Seconds a job key whose cluster does not answer holds its records before it lets them
     go and leaves a wake-up record in their place (``--release-after``)."""
 

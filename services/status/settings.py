@@ -8,6 +8,8 @@ import pathlib
 import socket
 import uuid
 
+from shared.workers import RELEASE_AFTER
+
 
 def _instance() -> str:
     return f"status-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -25,7 +27,7 @@ class StatusSettings:
     concurrency: int = 32
     """Job keys handled at the same time by this worker."""
 
-    release_after: float = 60.0
+    release_after: float = RELEASE_AFTER
     """Seconds a job key whose cluster does not answer holds its records before it lets them
     go and leaves a wake-up record in their place (``--release-after``)."""
 

@@ -74,7 +74,8 @@ def decide(
         now=now, settings=settings, executed=executed, key_pair=key_pair,
     )
     try:
-        if [scaler for scaler in p.scalers if scaling.bind_into(p.decision, scaler, job, now)]:
+        bound = [scaler for scaler in p.scalers if scaling.bind_into(p.decision, scaler, job, now)]
+        if bound:
             # This pass's selection sees only scalers bound before it; the echo of the binding
             # is no news to the worker that wrote it, so the next pass is asked for here.
             p.requeue(0)
