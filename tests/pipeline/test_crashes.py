@@ -73,14 +73,19 @@ async def test_a_reconciler_killed_mid_run_and_restarted_leaves_no_duplicate_and
             first.kill()
     pods = await pipeline.pods("crash")
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"crash-worker-{i}" for i in range(12))
-    # Each pod created once. kube-apiserver logs a create whose client was killed while it was in
-    # flight as 504, though the pod was made: such a create counts too (the sim has no such case).
-    made = (201, 504) if pipeline.tier == "kube" else (201,)
-    created = [
-        r for r in pipeline.requests()
-        if r["verb"] == "create" and r["resource"] == "pods" and r["code"] in made and r["namespace"] == pipeline.namespace
-    ]
-    assert len(created) == 12
+    # Each pod created once.
+    creates = [r for r in pipeline.requests()
+               if r["verb"] == "create" and r["resource"] == "pods" and r["namespace"] == pipeline.namespace]
+    if pipeline.tier == "sim":
+        assert [r["code"] for r in creates].count(201) == 12
+    else:
+        # kube-apiserver logs a create whose client was killed while it was in flight as 504,
+        # whether or not the pod was made: no name is created twice, and the 201s and such 504s
+        # together account for every pod.
+        created = [str(r["name"]) for r in creates if r["code"] == 201]
+        in_doubt = [str(r["name"]) for r in creates if r["code"] == 504]
+        assert len(created) == len(set(created)) <= 12, sorted(created)
+        assert len(set(created) | set(in_doubt)) == 12, (sorted(created), sorted(in_doubt))
     history = await reading.read_history(pipeline.kafka, pipeline.key("JAXJob", "crash"))
     created_names = [r.child_name for r in history if isinstance(r, records.Decision) and r.action == "child_created" and r.child_kind == "Pod"]
     assert set(created_names) == {f"crash-worker-{i}" for i in range(12)}
