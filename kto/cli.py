@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 COMMANDS: dict[str, str] = {
     "plan": "kto.commands.plan",
@@ -34,14 +35,30 @@ COMMANDS: dict[str, str] = {
 """Sub-command name → module implementing it."""
 
 
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit code 2, no traceback."""
+class CommandError(Exception):
+    """A command that cannot go on: printed as one line, ``exit_code``, no traceback."""
+
+    exit_code = 1
+
+
+class UserError(CommandError):
+    """An error caused by the user's input (a flag, a file, a setting): one line, exit code 2."""
+
+    exit_code = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line naming it and where the flags are listed
+    (argparse's own usage block runs to a dozen lines for a worker)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; only the chosen command's module is imported, so one broken
     command module cannot take the others down."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kto", description="Kubeflow-compatible training-job operator on Kafka."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -68,9 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.run(args)
-    except UserError as exc:
+    except CommandError as exc:
         print(f"kto {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

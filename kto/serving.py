@@ -1,7 +1,10 @@
 """Running a long-lived service command until SIGTERM or Ctrl-C.
 
 In: a coroutine function (the service). Out: an exit code; on a signal the
-service task is cancelled, so its ``async with`` blocks drain and close.
+service task is cancelled, so its ``async with`` blocks drain and close. A
+service that stops on an error ends as one line on stderr (``kto.cli``), never
+a traceback: its own errors say what to fix (exit code 2); any other is named
+with its type (exit code 1), its traceback logged at DEBUG (``KTO_LOG_LEVEL=DEBUG``).
 """
 
 from __future__ import annotations
@@ -50,15 +53,29 @@ def serve(service: Callable[[], Awaitable[None]]) -> int:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 
-    from kto import cli
-    from shared import metrics
-
     configure_logging()
     try:
         asyncio.run(main())
-    except metrics.MetricsPortError as exc:
-        raise cli.UserError(str(exc)) from None
+    except Exception as exc:
+        raise _one_line(exc) from None
     return 0
+
+
+def _one_line(exc: Exception) -> Exception:
+    """The :class:`kto.cli.CommandError` a service's error is printed as."""
+    from kto import cli
+    from shared import metrics
+    from shared.bus import errors as bus_errors
+
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]  # a TaskGroup's one failure
+    if isinstance(exc, cli.CommandError):
+        return exc
+    if isinstance(exc, (metrics.MetricsPortError, bus_errors.BusError)):
+        return cli.UserError(str(exc))
+    logging.getLogger("kto").debug("the service stopped on an error", exc_info=exc)
+    text = " ".join(str(exc).split())
+    return cli.CommandError(f"{type(exc).__name__}{': ' + text if text else ''} (KTO_LOG_LEVEL=DEBUG logs where)")
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,9 +169,15 @@ def worker_kafka(args: argparse.Namespace) -> KafkaSettings:
     """Check the worker arguments and read the Kafka settings from ``KTO_KAFKA_*``."""
     from kto import cli
     from shared.bus.settings import KafkaSettings
+    from shared.kube import connecting
 
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
+    if args.kubeconfig is not None:
+        if not args.kubeconfig.is_file():
+            raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
+        try:
+            connecting.context_names(args.kubeconfig)  # none yet is readiness's business
+        except ValueError as exc:
+            raise cli.UserError(f"{exc} (--kubeconfig names a kubeconfig whose contexts are the clusters)") from None
     if args.concurrency < 1:
         raise cli.UserError("--concurrency must be at least 1")
     if not args.release_after > 0:

@@ -26,7 +26,6 @@ import pathlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-import yaml
 from opentelemetry import context as otel_context
 
 from shared import health, metrics, tracing
@@ -152,11 +151,9 @@ def cluster_names(kubeconfig: pathlib.Path | None, in_cluster_name: str) -> list
     if kubeconfig is None:
         return [in_cluster_name]
     try:
-        loaded = yaml.safe_load(kubeconfig.read_text())
-    except (OSError, yaml.YAMLError):
-        return []  # the clients say why when they connect; readiness says no cluster is known
-    contexts = loaded.get("contexts") if isinstance(loaded, dict) else None
-    return [str(c["name"]) for c in contexts or () if isinstance(c, dict) and c.get("name")]
+        return connecting.context_names(kubeconfig)
+    except ValueError:
+        return []  # the commands refuse such a kubeconfig at start; readiness says no cluster is known
 
 
 def add_cluster_checks(checks: health.Health, clusters: connecting.ClusterClients, names: list[str]) -> None:
@@ -208,7 +205,8 @@ async def run(
         stack.callback(worker.close)
         consumer = await stack.enter_async_context(
             consuming.KeyedConsumer(
-                kafka, identity.group_id, worker.handle, accept=worker.accepts,
+                # The publisher's settings: its producer's mode, which the dead-letter producer need not ask again.
+                publisher.settings, identity.group_id, worker.handle, accept=worker.accepts,
                 settle=service_metrics.timed_settle(identity.service, waiting_for_clusters(
                     worker.settle, publisher, identity.service, identity.release_after)),
                 lane=cluster_of, lane_limit=lane_limit(identity.concurrency),

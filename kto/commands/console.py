@@ -68,10 +68,10 @@ def run(args: argparse.Namespace) -> int:
 
     from kto import serving
     from kto.cli import UserError
-    from kto.console import reading
     from kto.console import serving as console_serving
     from kto.console.settings import ConsoleSettings
     from shared.bus.settings import KafkaSettings, SettingsError
+    from shared.kube import connecting
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port}: not a port (0 to 65535)")
@@ -85,9 +85,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--trace-url {args.trace_url!r}: has no {{trace_id}}")
     kubeconfig = _kubeconfig(args)
     try:
-        contexts = reading.contexts_of(kubeconfig)
+        contexts = connecting.context_names(kubeconfig)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if not contexts:
+        raise UserError(f"the kubeconfig {kubeconfig} has no context")
     try:
         kafka = KafkaSettings.from_env({**os.environ, **({"KTO_KAFKA_BOOTSTRAP": args.bootstrap}
                                                          if args.bootstrap else {})})
@@ -100,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
         # The Kafka client's complaints about a broker that went away are not the user's business:
         # the job page says the audit log cannot be read.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-        await console_serving.serve(settings, lambda url: serving.announce(f"ready {url}"))
+        try:
+            await console_serving.serve(settings, lambda url: serving.announce(f"ready {url}"))
+        except console_serving.ListenError as exc:
+            raise UserError(str(exc)) from None
 
-    try:
-        return serving.serve(console)
-    except console_serving.ListenError as exc:
-        raise UserError(str(exc)) from None
+    return serving.serve(console)

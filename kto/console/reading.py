@@ -16,8 +16,6 @@ import pathlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import yaml
-
 from shared.bus import reading, records
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, resources
@@ -28,19 +26,6 @@ _RETRY = clients.RetrySettings(attempts=2, initial_wait=0.05, max_wait=0.5)
 
 class Unanswered(Exception):
     """A cluster that cannot answer now; the message says why, in one line."""
-
-
-def contexts_of(kubeconfig: pathlib.Path) -> list[str]:
-    """The context names of ``kubeconfig``; ValueError naming the file when it has none or is unreadable."""
-    try:
-        document = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read the kubeconfig {kubeconfig}: {' '.join(str(exc).split())}") from None
-    contexts = document.get("contexts") if isinstance(document, dict) else None
-    names = [str(c["name"]) for c in contexts or [] if isinstance(c, dict) and c.get("name")]
-    if not names:
-        raise ValueError(f"the kubeconfig {kubeconfig} has no context")
-    return names
 
 
 def _why(exc: BaseException, host: str = "") -> str:

@@ -12,10 +12,13 @@ and each failed attempt is reported to the hooks (``send.error``,
 ``broker.unreachable``). Errors no retry can fix raise
 :class:`~shared.bus.errors.PublishError`.
 
-The producer is idempotent when ``settings.idempotence`` is on (the default;
-real Kafka): a retried send is not written twice within one producer session.
-Tansu has no InitProducerId, so there it is off and a retry may write a record
-twice. Either way consumers drop copies by record id (a new producer after a
+The producer is idempotent where the broker grants it a producer id (real
+Kafka): a retried send is not written twice within one producer session.
+Tansu refuses InitProducerId, so there the producer runs without (a retry may
+write a record twice): ``settings.idempotence`` false says so up front; unset,
+the refusal at start says so, and the publisher goes on without and logs one
+line; true makes the refusal a :class:`~shared.bus.errors.PublishError`.
+Either way consumers drop copies by record id (a new producer after a
 restart may still repeat a record whose acknowledgement it never saw).
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -36,6 +40,26 @@ from shared.bus import errors, events, records, retrying, spans
 from shared.bus.settings import KafkaSettings, client_options
 
 _tracer = trace.get_tracer("kto.bus")
+log = logging.getLogger("kto.bus")
+
+_NO_PRODUCER_IDS: tuple[type[kafka_errors.KafkaError], ...] = (
+    kafka_errors.UnknownError,  # Tansu: lists InitProducerId among its ApiVersions, answers UNKNOWN_SERVER_ERROR
+    kafka_errors.UnsupportedVersionError,
+    kafka_errors.IncompatibleBrokerVersion,  # aiokafka: the broker does not list InitProducerId (API key 22)
+)
+"""What ``AIOKafkaProducer.start()`` raises when the broker has no InitProducerId to answer
+an idempotent producer with. ApiVersions alone cannot tell: Tansu lists the API and refuses it."""
+
+
+class _RefusedProducerIdsReported(logging.Filter):
+    """aiokafka logs an InitProducerId answered with an error at ERROR and then raises it;
+    the publisher reports that refusal itself (one line, or a PublishError), so its line is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unexpected error during InitProducerIdRequest")
+
+
+logging.getLogger("aiokafka.producer.sender").addFilter(_RefusedProducerIdsReported())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +98,9 @@ class Publisher(lifecycle.Started):
 
     @property
     def settings(self) -> KafkaSettings:
+        """The settings, ``idempotence`` resolved to the producer's mode once it started (an unset
+        one becomes false on a broker that refused a producer id): hand these to the process's
+        other clients, so they do not ask the broker again."""
         return self._settings
 
     async def start(self) -> None:
@@ -97,24 +124,29 @@ class Publisher(lifecycle.Started):
         async with self._start_lock:
             if self._producer is not None:
                 return self._producer
+            wanted = self._settings.idempotence
             try:
-                await self._connect()
+                await self._connect(idempotent=wanted is not False)
             except kafka_errors.KafkaError as exc:
-                if not self._settings.idempotence:
+                if wanted is False:
                     raise
-                raise errors.PublishError(
-                    f"cannot start an idempotent producer on {self._settings.bootstrap}: {exc!r} "
-                    f"(a broker without InitProducerId, such as Tansu, needs KTO_KAFKA_IDEMPOTENCE=false)"
-                ) from exc
+                if wanted is True or not isinstance(exc, _NO_PRODUCER_IDS):
+                    raise errors.PublishError(_refused(self._settings.bootstrap, exc, wanted)) from exc
+                log.warning(
+                    "the broker at %s grants no producer id (InitProducerId answered %s): publishing without "
+                    "idempotence, as kto up does on Tansu; a retried send may write a record twice, and consumers "
+                    "drop the copy by its record id (KTO_KAFKA_IDEMPOTENCE=false starts so at once, =true makes "
+                    "this an error)", self._settings.bootstrap, type(exc).__name__)
+                await self._connect(idempotent=False)
             return self._producer
 
-    async def _connect(self) -> None:
+    async def _connect(self, idempotent: bool) -> None:
         async for attempt in retrying.transport(self._policy, on_retry=self._unreachable, retriable=_starting_retriable):
             with attempt:
                 producer = AIOKafkaProducer(
                     **client_options(self._settings),
-                    # Off for Tansu, which has no InitProducerId (KafkaSettings.idempotence).
-                    enable_idempotence=self._settings.idempotence,
+                    # Off where the broker has no InitProducerId (Tansu; KafkaSettings.idempotence).
+                    enable_idempotence=idempotent,
                     acks="all",
                     linger_ms=self._settings.linger_ms,
                 )
@@ -124,6 +156,7 @@ class Publisher(lifecycle.Started):
                     await asyncio.shield(producer.stop())
                     raise
                 self._producer = producer
+                self._settings = dataclasses.replace(self._settings, idempotence=idempotent)
 
     async def ping(self) -> None:
         """One metadata request to the brokers (a readiness probe's question, shared with the
@@ -367,6 +400,17 @@ def _starting_retriable(exc: BaseException) -> bool:
     InitProducerId (Tansu) answers an idempotent producer with for good, though a produce
     answered it is tried again (:data:`shared.bus.errors._TRANSIENT`)."""
     return errors.is_retriable(exc) and not isinstance(exc, kafka_errors.UnknownError)
+
+
+def _refused(bootstrap: str, exc: kafka_errors.KafkaError, wanted: bool | None) -> str:
+    """The one line on an idempotent producer the broker would not start, with the fix."""
+    answer = f"InitProducerId answered {type(exc).__name__}"
+    if wanted and isinstance(exc, _NO_PRODUCER_IDS):
+        return (f"cannot start an idempotent producer on {bootstrap}: the broker grants no producer id ({answer}), "
+                f"and KTO_KAFKA_IDEMPOTENCE=true asks for one; on a broker without InitProducerId, such as Tansu, "
+                f"set KTO_KAFKA_IDEMPOTENCE=false or leave it unset")
+    return (f"cannot start an idempotent producer on {bootstrap}: {answer} ({exc}); KTO_KAFKA_IDEMPOTENCE=false "
+            f"starts one that asks for no producer id")
 
 
 def _typed(headers: list[tuple[str, bytes]], record: records.Record) -> list[tuple[str, bytes]]:

@@ -116,11 +116,14 @@ class KafkaSettings:
     """``KTO_KAFKA_REQUEST_TIMEOUT_MS``: a request unanswered this long fails and is
     retried (how soon a restarted broker is noticed)."""
 
-    idempotence: bool = True
-    """``KTO_KAFKA_IDEMPOTENCE``: true/false (also 1/0, yes/no). On: the producer is
-    idempotent (``acks=all``, a producer id and sequence numbers), so a retried send
-    is never written twice. Tansu has no InitProducerId: the embedded broker hands
-    out settings with this off, and ``kto up`` sets it to false for its children."""
+    idempotence: bool | None = None
+    """``KTO_KAFKA_IDEMPOTENCE``: true/false (also 1/0, yes/no), or unset (None). True: the
+    producer is idempotent (``acks=all``, a producer id and sequence numbers), so a retried
+    send is never written twice, and a broker that grants no producer id fails its start.
+    False: it never asks for one. Unset: idempotent where the broker grants a producer id;
+    where it refuses InitProducerId (Tansu) the producer runs without, as with false, and
+    logs one line saying so. The embedded broker hands out settings with this false, and
+    ``kto up`` sets it to false for its children on Tansu."""
 
     def __post_init__(self) -> None:
         _check(self)
@@ -142,7 +145,7 @@ class KafkaSettings:
             if field.type in ("int", int):
                 least = {"linger_ms": 0, "retention_ms": -1}.get(field.name, 1)
                 values[field.name] = _parse(var, raw, _int_at_least(least))
-            elif field.type in ("bool", bool):
+            elif field.type in ("bool", "bool | None", bool):
                 values[field.name] = _parse(var, raw, _boolean)
             elif field.name in ("security_protocol", "sasl_mechanism"):
                 values[field.name] = raw.upper()
@@ -249,8 +252,8 @@ def _check(s: KafkaSettings) -> None:
         raise SettingsError("must be at least a minute (60000)", "segment_ms")
     if s.heartbeat_interval_ms >= s.session_timeout_ms:
         raise SettingsError("must be below the session timeout", "heartbeat_interval_ms")
-    if not isinstance(s.idempotence, bool):
-        raise SettingsError("must be true or false", "idempotence")
+    if s.idempotence is not None and not isinstance(s.idempotence, bool):
+        raise SettingsError("must be true, false or unset", "idempotence")
 
 
 TANSU_SESSION_TIMEOUT_MS = 2_000

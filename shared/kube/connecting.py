@@ -15,7 +15,23 @@ import asyncio
 import os
 import pathlib
 
+import yaml
+
 from shared.kube import clients, reaching
+
+
+def context_names(kubeconfig: pathlib.Path) -> list[str]:
+    """The context names of ``kubeconfig`` (a job key's cluster is one of them; maybe none);
+    ValueError naming the file when it cannot be read or is not a YAML mapping."""
+    try:
+        document = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read the kubeconfig {kubeconfig}: {' '.join(str(exc).split())}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"cannot read the kubeconfig {kubeconfig}: not a YAML mapping")
+    contexts = document.get("contexts")
+    return [str(c["name"]) for c in contexts if isinstance(c, dict) and c.get("name")] if isinstance(
+        contexts, list) else []
 
 
 class UnknownCluster(Exception):

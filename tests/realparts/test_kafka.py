@@ -164,7 +164,7 @@ async def own_broker(tmp_path: pathlib.Path) -> AsyncIterator[kafka.KafkaBroker]
 ])
 def test_idempotence_comes_from_the_environment(raw: str, expected: bool) -> None:
     assert KafkaSettings.from_env({"KTO_KAFKA_IDEMPOTENCE": raw}).idempotence is expected
-    assert KafkaSettings.from_env({}).idempotence is True
+    assert KafkaSettings.from_env({}).idempotence is None  # unset: as the broker allows
 
 
 def test_a_bad_idempotence_value_names_the_variable() -> None:
@@ -186,6 +186,24 @@ async def test_an_idempotent_producer_on_tansu_fails_with_the_fix_in_the_message
         await publisher.stop()
 
 
+async def test_a_producer_left_to_the_broker_on_tansu_goes_on_without_idempotence_and_says_so_once(
+    broker: KafkaSettings, caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = await own_topics(dataclasses.replace(broker, idempotence=None))
+    with caplog.at_level("INFO"):
+        async with producing.Publisher(settings, "test", "test") as publisher:
+            assert publisher.settings.idempotence is False  # what the process's other clients are handed
+            sent = await publisher.publish(observation("tansu/default/PyTorchJob/unset", 0))
+    assert sent.offset == 0
+    said = [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert [(r.name, r.levelname) for r in said] == [("kto.bus", "WARNING")], [r.getMessage() for r in said]
+    assert said[0].getMessage() == (
+        f"the broker at {broker.bootstrap} grants no producer id (InitProducerId answered UnknownError): "
+        "publishing without idempotence, as kto up does on Tansu; a retried send may write a record twice, and "
+        "consumers drop the copy by its record id (KTO_KAFKA_IDEMPOTENCE=false starts so at once, =true makes "
+        "this an error)")
+
+
 # --- the session broker ---------------------------------------------------------
 
 
@@ -193,9 +211,10 @@ async def test_an_idempotent_producer_writes_and_a_consumer_reads_everything_bac
     real_kafka: KafkaSettings,  # noqa: F811
 ) -> None:
     settings = await own_topics(real_kafka)
-    assert settings.idempotence is True
+    assert settings.idempotence is None
     key = "kafka/default/PyTorchJob/idem"
     async with producing.Publisher(settings, "test", "test") as publisher:
+        assert publisher.settings.idempotence is True  # unset, and Kafka grants a producer id
         first = [await publisher.publish(observation(key, n)) for n in range(5)]
         futures = [await publisher.submit(observation(key, n)) for n in range(5, 10)]
         pipelined = [await f for f in futures]
