@@ -13,6 +13,10 @@ Where kto differs from upstream (each is listed in docs/api.md):
   the new object as the old one). JAXJob still does not check ``managedBy``
   at all, as upstream, so that a JAXJob accepted upstream is accepted here.
 - A null replica spec is an error (``Required``) instead of a crash.
+- An empty replica map (``{}``) is refused as a missing one, with the nil
+  map's error; upstream lets it through (the webhooks only check for nil) and
+  the job waits for ever (an empty MPIJob map fails upstream on its missing
+  Launcher instead).
 - Replica-type keys that collide case-insensitively (``Worker`` and
   ``worker``) are a ``Duplicate`` error: defaulting would merge them.
 - Pod-template shapes that defaulting and planning rely on (``spec`` an
@@ -423,7 +427,7 @@ def _check_webhook_kind(job: jobs.Job, old: jobs.Job | None, report: Report, rul
         _check_managed_by_update(job, old, report)
         _check_managed_by(job, report)
     specs = job.replica_specs
-    if specs is None:
+    if not specs:  # None, or {}: no replica type to run is the same mistake
         report.errors.append(FieldError(_map_path(job), "Required", "must be required"))
         return
     _check_duplicate_keys(job, report)
@@ -472,7 +476,7 @@ def _pytorch(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
             report.errors.append(
                 FieldError("spec.elasticPolicy.nProcPerNode", "Forbidden", "must not be used with spec.nprocPerNode")
             )
-    if spec.pytorch_replica_specs is None:
+    if not spec.pytorch_replica_specs:  # reported as missing
         return
     _check_replicas_exactly_one(job, "Master", report)
     for replica_type, replica in job.specs().items():
@@ -501,7 +505,7 @@ def _xgboost(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
     assert isinstance(job, jobs.XGBoostJob)
     _check_webhook_kind(job, old, report, _WebhookRules(allowed_types=job.REPLICA_TYPES))
     specs = job.spec.xgb_replica_specs
-    if specs is None:
+    if not specs:  # reported as missing
         return
     if "Master" not in specs:
         report.errors.append(FieldError(_rt_path(job, "Master"), "Required", "must be present"))
@@ -536,7 +540,7 @@ def _mpi(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
     """
     assert isinstance(job, jobs.MPIJob)
     specs = job.spec.mpi_replica_specs
-    if specs is None:
+    if not specs:  # None, or {} (upstream reports {} as a missing Launcher)
         report.errors.append(FieldError(_map_path(job), "Required", "MPIReplicaSpecs is not valid"))
         return
     _check_duplicate_keys(job, report)

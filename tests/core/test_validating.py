@@ -229,6 +229,32 @@ def test_pytorch_replica_rules(doc: dict[str, Any], expected: list[str]) -> None
     assert errors(doc) == expected
 
 
+MISSING_MAP = {
+    "PyTorchJob": "spec.pytorchReplicaSpecs: Required value: must be required",
+    "TFJob": "spec.tfReplicaSpecs: Required value: must be required",
+    "XGBoostJob": "spec.xgbReplicaSpecs: Required value: must be required",
+    "MPIJob": "spec.mpiReplicaSpecs: Required value: MPIReplicaSpecs is not valid",  # the controller's words
+    "PaddleJob": "spec.paddleReplicaSpecs: Required value: must be required",
+    "JAXJob": "spec.jaxReplicaSpecs: Required value: must be required",
+}
+"""Upstream's error for a nil replica map (spec §3.2 C2, §3.4), per kind."""
+
+
+@pytest.mark.parametrize(
+    ("kind", "replicas", "spec"),
+    [
+        *(pytest.param(kind, replicas, {}, id=f"{kind}-{name}")
+          for kind in MISSING_MAP for name, replicas in (("nil", None), ("empty", {}))),
+        # Nothing else is said of a map with no replica type: no elastic Worker, no XGBoost Master, no Launcher.
+        pytest.param("PyTorchJob", {}, {"elasticPolicy": {"maxReplicas": 4}}, id="PyTorchJob-empty-elastic"),
+    ],
+)
+def test_an_empty_replica_map_is_refused_as_a_missing_one_with_upstreams_words(
+    kind: str, replicas: dict[str, Any] | None, spec: dict[str, Any],
+) -> None:
+    assert errors(document(kind, replicas, **spec)) == [MISSING_MAP[kind]]
+
+
 @pytest.mark.parametrize(
     ("spec", "expected_errors"),
     [

@@ -172,6 +172,12 @@ CASES = [
     ("18 paddle no map", job("PaddleJob", "c18a", None),
      'The PaddleJob "c18a" is invalid: \n* spec.paddleReplicaSpecs: Required value'),
     ("18 jax no map", job("JAXJob", "c18b", None), 'The JAXJob "c18b" is invalid: \n* spec.jaxReplicaSpecs: Required value'),
+    # An empty map is the nil map's mistake (upstream lets it through, and the job waits for ever).
+    *((f"empty map {kind}", job(kind, f"empty-{kind.lower()}", {}),
+       denied_by(kind, f"spec.{field}: Required value: must be required"))
+      for kind, field in (("PyTorchJob", "pytorchReplicaSpecs"), ("TFJob", "tfReplicaSpecs"),
+                          ("XGBoostJob", "xgbReplicaSpecs"), ("PaddleJob", "paddleReplicaSpecs"),
+                          ("JAXJob", "jaxReplicaSpecs"))),
     ("18 no paddle container", job("PaddleJob", "c18c", {"Worker": replica(container("pd"))}),
      denied_by("PaddleJob", 'spec.paddleReplicaSpecs[Worker].template.spec.containers: Required value: must have at '
                             'least one container with name "paddle"')),
@@ -273,14 +279,20 @@ async def test_a_valid_upstream_example_is_accepted_and_stored_with_its_defaults
     assert again.stdout.strip() == "pytorchjob.kubeflow.org/pytorch-simple unchanged", again.stderr
 
 
+@pytest.mark.parametrize(("replicas", "message"), [
+    pytest.param({"Launcher": replica(container("l"), replicas=2)},
+                 "spec.mpiReplicaSpecs[Launcher].replicas: Forbidden: MPIReplicaSpec is not valid: There must be only "
+                 "1 launcher replica", id="two-launchers"),
+    pytest.param({}, "spec.mpiReplicaSpecs: Required value: MPIReplicaSpecs is not valid", id="empty-map"),
+])
 async def test_an_mpijob_v1_has_no_webhook_and_fails_in_the_controller_as_upstream(
-    pipeline: Pipeline, admission: Admission,
+    pipeline: Pipeline, admission: Admission, replicas: dict[str, Any], message: str,
 ) -> None:
-    invalid = job("MPIJob", "legacy", {"Launcher": replica(container("l"), replicas=2)})
-    out = await admission.apply(invalid)
+    out = await admission.apply(job("MPIJob", "legacy", replicas))
     assert out.returncode == 0, out.stderr
     failed = await pipeline.wait_for("MPIJob", "legacy", "Failed")
-    assert "There must be only 1 launcher replica" in failed["status"]["conditions"][-1]["message"]
+    condition = failed["status"]["conditions"][-1]
+    assert condition["reason"] == "MPIJobFailedValidation" and message in condition["message"], condition
 
 
 async def test_a_webhook_that_is_down_refuses_ktos_kinds_only(admission: Admission) -> None:
