@@ -54,9 +54,13 @@ from shared.kube import clients, resources
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 NAMESPACE = "default"
+RESTARTS_ANNOTATION = "kto.dev/replica-restarts"
+"""Where kto counts the failed pods it deleted for restart (checked against :attr:`PlannedJob.restarts`)."""
 GARBAGE_KEY_PREFIX = "chaos/garbage/"
 """Keys of the malformed records chaos writes to the jobs topic (dead letters with them are explained)."""
 CONVERGENCE_GOAL_S = 30.0
+RESTARTING_CASES = frozenset({"restart-within", "restart-over", "restart-master", "onfailure"})
+"""Cases whose pods are deleted and made again under the same name on purpose."""
 
 KIND_RESTART_POLICY = {"PyTorchJob": "OnFailure", "TFJob": "Never", "XGBoostJob": "Never", "MPIJob": "Never",
                        "PaddleJob": "OnFailure", "JAXJob": "Never"}
@@ -106,9 +110,14 @@ class PlannedJob:
     clean: str = "None"
     delete_after: float | None = None
     resume_after: float | None = None
+    restarts: tuple[int, int] | None = None
+    """The least and the most ``kto.dev/replica-restarts`` the job may end with (each failed pod
+    counted once, however often a pass that counted it was cut short), for the cases that restart."""
     submitted: bool = False
     refused_at_submit: str | None = None
     final: str | None = None
+    counted: str | None = None
+    """The job's ``kto.dev/replica-restarts`` when it was last seen."""
 
 
 def _template(annotations: dict[str, str], container: str) -> dict[str, Any]:
@@ -140,7 +149,7 @@ def _nested(depth: int) -> dict[str, Any]:
 
 def plan_jobs(rng: random.Random, count: int) -> list[PlannedJob]:
     """``count`` jobs of every case, shuffled; about one in twenty is hostile."""
-    cases = ["succeed"] * 6 + ["restart-within", "restart-over", "permanent", "onfailure", "deleted",
+    cases = ["succeed"] * 6 + ["restart-within", "restart-over", "restart-master", "permanent", "onfailure", "deleted",
                               "clean-all", "clean-running", "ttl", "deadline", "suspend", "hostile"]
     planned: list[PlannedJob] = []
     for i in range(count):
@@ -171,7 +180,17 @@ def plan_jobs(rng: random.Random, count: int) -> list[PlannedJob]:
             replicas = {"Master": (1, "ExitCode", master), "Worker": (1, "ExitCode", flaky)}
             limit = 3 if case == "restart-within" else 1
             planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, backoffLimit=limit),
-                                      "Succeeded" if case == "restart-within" else "Failed", 2))
+                                      "Succeeded" if case == "restart-within" else "Failed", 2,
+                                      # Within: the Master may end the job before the Worker's failure is seen.
+                                      restarts=(0, 1) if case == "restart-within" else (1, 1)))
+        elif case == "restart-master":
+            # The Master exits 130 (retryable) twice, then 0, with backoffLimit 2: exactly at the limit,
+            # so a restart counted twice fails a job that must succeed.
+            kind, types = "PyTorchJob", REPLICA_TYPES["PyTorchJob"]
+            master = {"sim.kto.dev/duration": "0.5s", "sim.kto.dev/exit-code": "130", "sim.kto.dev/fail-times": "2"}
+            replicas = {"Master": (1, "ExitCode", master), "Worker": (1, "ExitCode", {"sim.kto.dev/duration": "8s"})}
+            planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas, backoffLimit=2), "Succeeded", 2,
+                                      restarts=(2, 2)))
         elif case == "permanent":
             replicas = shape({"sim.kto.dev/duration": "0.5s", "sim.kto.dev/exit-code": "1"}, "Never")
             planned.append(PlannedJob(kind, name, case, _job(kind, name, replicas), "Failed", _count(replicas)))
@@ -364,11 +383,14 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
         await asyncio.gather(lifecycle, return_exceptions=True)
         await asyncio.sleep(3.0)  # let cleanup and commits finish before judging them
         violations: dict[str, list[str]] = {name: [] for name in (
-            "jobs_lost", "wrong_terminal_states", "duplicate_pods", "orphans", "children_left_by_finished_jobs",
-            "partition_stalls", "dead_letters_unexplained", "process_deaths", "slow_convergence",
+            "jobs_lost", "wrong_terminal_states", "restart_counts", "duplicate_pods", "orphans",
+            "children_left_by_finished_jobs",
+            "partition_stalls", "offsets_past_log_end", "dead_letters_unexplained", "process_deaths",
+            "slow_convergence",
             "replay_divergences")}
         requests = _requests(stack, context)[log_start:] if settings.real_tier else await _sim_requests(client, log_start)
         await _check_jobs(client, planned, violations, requests, started)
+        _check_restart_counts(planned, violations)
         await _check_children(client, planned, violations)
         _check_duplicates(planned, requests, violations)
     dead = await _check_bus(stack.kafka, planned, violations)
@@ -478,6 +500,8 @@ async def _converge(client: clients.KubeClient, planned: list[PlannedJob], timeo
                 if job.kind != rt_kind:
                     continue
                 job.final = "refused" if job.refused_at_submit else _state(seen.get(job.name))
+                if job.name in seen:
+                    job.counted = (seen[job.name]["metadata"].get("annotations") or {}).get(RESTARTS_ANNOTATION)
                 if not _reached(job):
                     pending += 1
         if pending == 0:
@@ -506,6 +530,20 @@ async def _check_jobs(client: clients.KubeClient, planned: list[PlannedJob], vio
                 f"{await _describe(client, job)}; writes {_writes(job, requests, started)}")
 
 
+def _check_restart_counts(planned: list[PlannedJob], violations: dict[str, list[str]]) -> None:
+    """Each failed pod deleted for restart counted once: the count a job ended with is the one
+    its pods' scripted failures make (kills, API faults and retried passes add nothing)."""
+    for job in planned:
+        if job.restarts is None or job.final not in ("Succeeded", "Failed"):
+            continue
+        low, high = job.restarts
+        if not low <= int(job.counted or 0) <= high:
+            expected = str(low) if low == high else f"{low} to {high}"
+            violations["restart_counts"].append(
+                f"{job.kind}/{job.name} ({job.case}) ended {job.final} with {RESTARTS_ANNOTATION} "
+                f"{job.counted}, expected {expected}")
+
+
 def _writes(job: PlannedJob, requests: list[dict[str, Any]], started: float) -> str:
     """The API writes on the job and its children, in order (seconds since the run began,
     verb, resource, name, answer): what a violation's reader looks at first."""
@@ -530,7 +568,7 @@ async def _describe(client: clients.KubeClient, job: PlannedJob) -> str:
         return f"unreadable: {exc}"
     conditions = [f"{c.get('type')}={c.get('status')}({c.get('reason')})"
                   for c in (obj.get("status") or {}).get("conditions") or []]
-    restarts = (obj["metadata"].get("annotations") or {}).get("kto.dev/replica-restarts")
+    restarts = (obj["metadata"].get("annotations") or {}).get(RESTARTS_ANNOTATION)
     phases = [f"{p['metadata']['name']}:{(p.get('status') or {}).get('phase')}" for p in pods]
     return f"conditions {conditions}, restarts {restarts}, pods {phases}"
 
@@ -561,21 +599,26 @@ async def _check_children(client: clients.KubeClient, planned: list[PlannedJob],
 
 def _check_duplicates(planned: list[PlannedJob], requests: list[dict[str, Any]],
                       violations: dict[str, list[str]]) -> None:
-    """More pod creates than the job's replicas, its restarts and its resume can explain."""
+    """A pod name created more often than the job's restarts and its resume can explain.
+
+    Counted per pod name, not per job: a job whose pod ``-worker-0`` was made twice
+    and whose ``-worker-1`` never was has as many creates as replicas, and is still
+    a double create."""
     creates: dict[str, int] = {}
     for request in requests:
         if request.get("verb") == "create" and request.get("resource") == "pods" and request.get("code") == 201:
             name = str(request.get("name") or "")
             creates[name] = creates.get(name, 0) + 1
     for job in planned:
-        if job.case.startswith("hostile") or job.replicas == 0:
-            continue
-        made = sum(n for pod, n in creates.items() if pod.startswith(f"{job.name}-"))
-        allowed = job.replicas * (2 if job.resume_after is not None else 1)
-        if job.case in ("restart-within", "restart-over", "onfailure"):
-            allowed += 10  # restarts: bounded by the backoff limit and fail-times, checked by their end state
-        if made > allowed:
-            violations["duplicate_pods"].append(f"{job.name}: {made} pod creates, at most {allowed} expected")
+        if job.case.startswith("hostile") or job.replicas == 0 or job.case in RESTARTING_CASES:
+            continue  # restarts re-create a name: bounded by the backoff limit, checked by their end state
+        allowed = 2 if job.resume_after is not None else 1
+        for pod, made in sorted(creates.items()):
+            if pod.startswith(f"{job.name}-") and made > allowed:
+                trail = [r for r in requests if r.get("name") == pod and r.get("verb") not in ("get", "list", "watch")]
+                violations["duplicate_pods"].append(
+                    f"{job.name} ({job.case}): pod {pod} created {made} times, at most {allowed} expected; "
+                    + ", ".join(f"{r.get('verb')} {r.get('code')}" for r in trail))
 
 
 async def _sim_log_index(client: clients.KubeClient) -> int:
@@ -656,8 +699,9 @@ async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str
             tps = [TopicPartition(kafka.jobs_topic, p)
                    for p in sorted(metadata.partitions_for_topic(kafka.jobs_topic) or ())]
             ends = await consumer.end_offsets(tps)
-            lagging = await _lag(kafka, group, tps, ends)
+            lagging, past_end = await _lag(kafka, consumer, group, tps, ends)
             violations["partition_stalls"].extend(lagging)
+            violations["offsets_past_log_end"].extend(past_end)
     finally:
         await consumer.stop()
     return dead
@@ -667,27 +711,33 @@ STALL_GRACE_S = 20.0
 """Seconds a group may take to commit past every record that was on the log when it was checked."""
 
 
-async def _lag(kafka: Any, group: str, tps: list[TopicPartition], ends: dict[TopicPartition, int]) -> list[str]:
+async def _lag(kafka: Any, consumer: AIOKafkaConsumer, group: str, tps: list[TopicPartition],
+               ends: dict[TopicPartition, int]) -> tuple[list[str], list[str]]:
     """Partitions whose committed offset does not reach the log end seen at the check within
     :data:`STALL_GRACE_S` (records still arrive at the end: a status write is observed, a timer
-    fires; what must not happen is a record that stays unfinished)."""
+    fires; what must not happen is a record that stays unfinished); and partitions whose
+    committed offset lies past the log end as it is then (an offset of a log the broker lost,
+    committed into the new one: whoever reads from it next skips the new log's records below it)."""
     from shared.bus import reading
 
     deadline = time.monotonic() + STALL_GRACE_S
     while True:
         try:
             committed = await reading.committed_offsets(kafka, group)
+            now = await consumer.end_offsets(tps)
         except Exception as exc:
-            return [f"{group}: committed offsets unreadable: {exc!r}"]
-        stalls = []
+            return [f"{group}: committed offsets unreadable: {exc!r}"], []
+        stalls, past_end = [], []
         for tp in tps:
             done = committed.get(tp.partition)
             end = ends.get(tp, 0)
             if end > 0 and (done is None or done < end):
                 stalls.append(f"{group} partition {tp.partition}: committed {done}, log end {end} "
                               f"{STALL_GRACE_S:g}s earlier")
-        if not stalls or time.monotonic() > deadline:
-            return stalls
+            if done is not None and done > now.get(tp, 0):
+                past_end.append(f"{group} partition {tp.partition}: committed {done}, past the log end {now.get(tp)}")
+        if not (stalls or past_end) or time.monotonic() > deadline:
+            return stalls, past_end
         await asyncio.sleep(1.0)
 
 

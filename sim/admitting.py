@@ -1,7 +1,7 @@
 """Admission webhooks, called as kube-apiserver's MutatingAdmissionWebhook and
 ValidatingAdmissionWebhook plugins call them.
 
-In: a create, update, patch or server-side apply the server is about to make,
+In: a create, update, patch, server-side apply or delete the server is about to make,
 and the Mutating- and ValidatingWebhookConfigurations in the store. Out: the
 object written as the mutating webhooks patched it, after the validating
 webhooks allowed it; or the ``ApiError`` kube-apiserver answers instead, worded
@@ -88,7 +88,7 @@ class Request:
     """What is written, as the admission attributes of kube-apiserver."""
 
     operation: str
-    """CREATE or UPDATE."""
+    """CREATE, UPDATE or DELETE."""
     res: resources.Resource
     """The kind, in the version of the request."""
     namespace: str | None
@@ -190,7 +190,7 @@ class Admission:
 
     def _matching(self, request: Request) -> list[_Call]:
         """Webhooks whose rules match the request (selectors are checked per object, later)."""
-        if request.res.key in _NEVER_ADMITTED or request.operation not in ("CREATE", "UPDATE"):
+        if request.res.key in _NEVER_ADMITTED or request.operation not in ("CREATE", "UPDATE", "DELETE"):
             return []
         calls: list[_Call] = []
         for mutating, key in ((True, MUTATING), (False, VALIDATING)):
@@ -361,6 +361,10 @@ def _failed(name: str, why: str) -> errors.ApiError:
     return errors.ApiError(500, "InternalError", f"Internal error occurred: {message}", [{"message": message}])
 
 
+OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
+"""The ``options`` kind of a review, by operation."""
+
+
 class Review:
     """The admission of one write: its webhooks, called in order; the warnings they gave."""
 
@@ -381,7 +385,7 @@ class Review:
         labels = namespace["metadata"].get("labels")
         return labels if isinstance(labels, dict) else {}
 
-    def _applies(self, call: _Call, obj: Obj, old: Obj | None) -> bool:
+    def _applies(self, call: _Call, obj: Obj | None, old: Obj | None) -> bool:
         webhook = call.webhook
         namespace_labels = self._check_namespace()
         if self.request.res.key == "namespaces":
@@ -393,10 +397,10 @@ class Review:
             return True
         return any(labels is not None and _selector_matches(selector, labels) for labels in (_labels(obj), _labels(old)))
 
-    def _review(self, call: _Call, obj: Obj, old: Obj | None) -> Obj:
+    def _review(self, call: _Call, obj: Obj | None, old: Obj | None) -> Obj:
         asked, sent = self.request.res, call.res
         if sent is not asked:
-            obj = sim_store.view(sent, obj)
+            obj = sim_store.view(sent, obj) if obj is not None else None
             old = sim_store.view(sent, old) if old is not None else None
 
         def gvk(res: resources.Resource, field: str) -> Obj:
@@ -411,14 +415,13 @@ class Review:
             "object": obj,
             "oldObject": old,
             "dryRun": self.request.dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1",
-                        "kind": "CreateOptions" if self.request.operation == "CREATE" else "UpdateOptions"},
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": OPTIONS_KINDS[self.request.operation]},
         }
         for resource in (request["resource"], request["requestResource"]):
             resource.pop("kind")
         # Validating webhooks are sent the generated name of a create with generateName (kube's
         # AdmissionToValidateObjectFunc takes it from the object); mutating ones see none yet.
-        meta = obj.get("metadata")
+        meta = obj.get("metadata") if obj is not None else None
         name = self.request.name or (str(meta.get("name") or "") if isinstance(meta, dict) and not call.mutating
                                      else "")
         if name:
@@ -431,7 +434,7 @@ class Review:
             request["subResource"] = request["requestSubResource"] = self.request.subresource
         return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "request": request}
 
-    async def _answer(self, call: _Call, obj: Obj, old: Obj | None) -> Obj | None:
+    async def _answer(self, call: _Call, obj: Obj | None, old: Obj | None) -> Obj | None:
         """The webhook's response; None when it failed and its failurePolicy is Ignore."""
         review = self._review(call, obj, old)
         try:
@@ -465,7 +468,7 @@ class Review:
             obj = patched if call.res is self.request.res else sim_store.view(self.request.res, patched)
         return obj
 
-    async def validate(self, obj: Obj, old: Obj | None) -> None:
+    async def validate(self, obj: Obj | None, old: Obj | None) -> None:
         """Raise the first denial (or call failure) of the validating webhooks."""
         for call in self.calls:
             if not call.mutating and self._applies(call, obj, old):
@@ -491,6 +494,16 @@ class Review:
         if isinstance(body.get("metadata"), dict):
             body["metadata"]["name"] = staged["metadata"]["name"]  # a generated name stays the one admitted
         return store._create(res.key, body, self.request.namespace, version)
+
+    async def delete(self, stored: Obj) -> None:
+        """Admit a delete of ``stored``: as kube-apiserver, the mutating webhooks are called (with no
+        object: nothing of theirs is applied), then the validating ones, each sent the stored object as
+        ``oldObject``; a denial or a call failure under failurePolicy Fail refuses the delete."""
+        old = sim_store.view(self.request.res, stored)
+        for call in self.calls:
+            if call.mutating and self._applies(call, None, old):
+                await self._answer(call, None, old)
+        await self.validate(None, old)
 
     async def dry_create(self, body: Obj) -> Obj:
         """Admit a create made with ``dryRun=All``: the object as mutated; nothing stored."""

@@ -587,6 +587,9 @@ class Server:
         if route.subresource is not None:
             raise errors.method_not_allowed()
         policy, preconditions, orphan = await self._delete_options(request)
+        review = self._admission(request, route, res, "DELETE", route.name)
+        if review is not None:
+            await review.delete(self.store._get(res.key, route.namespace, route.name))
         obj = self.store._delete(res.key, route.namespace, route.name, policy, preconditions)
         still_there = self.store.peek(res.key, route.namespace, route.name) is not None
         # kube-apiserver answers 202 only when the object stays and orphanDependents=false was given.

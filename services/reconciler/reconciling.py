@@ -332,7 +332,7 @@ class Reconciler:
         await self._create_all(client, key, view, decision.creates, job)
         for manifest in decision.updates:
             await self._update(client, key, view, manifest)
-        if decision.restarts is not None and not await self._count_restarts(client, key, view, decision.restarts):
+        if decision.restarts is not None and not await self._count_restarts(client, key, view, decision):
             return
         for ref in decision.deletes:
             await self._delete(client, key, view, ref, job)
@@ -692,15 +692,20 @@ class Reconciler:
         await self._decide(key, view, action, child_kind=ref.kind, child_name=ref.name, reason=ref.reason)
 
     async def _count_restarts(
-        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, restarts: int,
+        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, decision: reconciling.Decision,
     ) -> bool:
-        """Record on the job how many failed pods were deleted for restart, before
-        deleting them (a crash in between over-counts by one, never under-counts);
-        backoffLimit is checked against it. Written on the version the count was
-        computed from: a stale view (a worker killed after counting, its successor
-        reading an older record) meets 409, and settle reads afresh and counts again,
-        so a count never goes back. False if the job is gone."""
-        return await self._annotate(client, key, view, {reconciling.RESTARTS_ANNOTATION: str(restarts)})
+        """Record on the job how many failed pods were deleted for restart, and which
+        of them are still there, before deleting them; backoffLimit is checked against
+        the count. A pass cut short after this write (a kill, a delete refused or
+        failed) is made again and finds its pods counted, so a failure is counted once.
+        Written on the version the count was computed from: a stale view (a worker
+        killed after counting, its successor reading an older record) meets 409, and
+        settle reads afresh and decides again, so a count never goes back. False if
+        the job is gone."""
+        assert decision.restarts is not None
+        return await self._annotate(client, key, view, {
+            reconciling.RESTARTS_ANNOTATION: str(decision.restarts),
+            reconciling.COUNTED_ANNOTATION: ",".join(decision.counted)})
 
     async def _annotate(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, annotations: dict[str, str],

@@ -68,6 +68,9 @@ class Decision:
     restarts: int | None = None
     """When set, the job's :data:`RESTARTS_ANNOTATION` must say this before the
     ``restart`` deletes go out (a job with a backoffLimit counts them)."""
+    counted: tuple[str, ...] = ()
+    """With :attr:`restarts`: the pods it counts that are still there, for
+    :data:`COUNTED_ANNOTATION` (written with the count, in one write)."""
 
     @property
     def empty(self) -> bool:
@@ -130,6 +133,13 @@ def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reaso
 RESTARTS_ANNOTATION = "kto.dev/replica-restarts"
 """How many failed pods the reconciler has deleted for restart (kto's own record, on the job)."""
 
+COUNTED_ANNOTATION = "kto.dev/restart-counted"
+"""The failed pods (uids, comma-separated) already in :data:`RESTARTS_ANNOTATION` that were
+still there when it was written. A failed pod is counted before it is deleted; a pass cut
+short in between (a worker killed, a delete refused or failed) is made again and finds the
+pod here, so it deletes it without counting it again, and a count at the limit does not
+fail the job for the failure it already counted."""
+
 
 def operator_restarts(job: jobs.Job) -> int:
     """The :data:`RESTARTS_ANNOTATION` count (0 when absent or unreadable)."""
@@ -138,6 +148,17 @@ def operator_restarts(job: jobs.Job) -> int:
         return max(int(raw), 0)
     except ValueError:
         return 0
+
+
+def counted_pods(job: jobs.Job) -> frozenset[str]:
+    """The :data:`COUNTED_ANNOTATION` pods."""
+    raw = (job.metadata.annotations or {}).get(COUNTED_ANNOTATION, "")
+    return frozenset(part for part in raw.split(",") if part)
+
+
+def _pod_id(pod: Manifest) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name") or "")
 
 
 def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
@@ -150,8 +171,10 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
     if limit is None:
         return False
     specs = job.specs()
+    counted = counted_pods(job)
     if operator_restarts(job) >= limit and any(
         statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod)
+        and _pod_id(pod) not in counted
         for rt in specs for pod in statuses.replica_pods(job, pods, rt).values()
     ):
         return True
@@ -315,13 +338,16 @@ def decide(
         key = (child.get("kind"), _name(child))
         if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not passes.is_deleting(child):
             decision.deletes.append(ChildRef.of(child, "scale-down"))
+    restarting: list[str] = []
     for rt in job.specs():
         for pod in statuses.replica_pods(job, pods, rt).values():
             if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
                 decision.deletes.append(ChildRef.of(pod, "restart"))
-    restarting = sum(1 for ref in decision.deletes if ref.reason == "restart")
-    if restarting and job.run_policy.backoff_limit is not None:
-        decision.restarts = operator_restarts(job) + restarting
+                restarting.append(_pod_id(pod))
+    fresh = [pod for pod in restarting if pod not in counted_pods(job)]
+    if fresh and job.run_policy.backoff_limit is not None:
+        decision.restarts = operator_restarts(job) + len(fresh)
+        decision.counted = tuple(sorted(restarting))
     if any(m.get("kind") == "Pod" for m in decision.creates) or any(r.reason == "scale-down" for r in decision.deletes):
         decision.warnings = [statuses.Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]
     return decision

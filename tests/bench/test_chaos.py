@@ -36,13 +36,46 @@ def test_the_load_holds_every_case_and_the_schedule_every_fault() -> None:
     rng = random.Random(1)
     jobs = chaos.plan_jobs(rng, 100)
     cases = {j.case.split("-")[0] if j.case.startswith("hostile") else j.case for j in jobs}
-    assert cases == {"succeed", "restart-within", "restart-over", "permanent", "onfailure", "deleted", "clean-all",
+    assert cases == {"succeed", "restart-within", "restart-over", "restart-master", "permanent", "onfailure",
+                     "deleted", "clean-all",
                      "clean-running", "ttl", "deadline", "suspend", "hostile"}
     assert {j.kind for j in jobs} == {"PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob"}
     sim_faults = {f.what for f in chaos.plan_faults(rng, chaos.ChaosSettings(), 2, 2, ["watcher-kto-1"])}
     assert sim_faults == {"kill", "broker-restart", "garbage", "api-faults", "api-faults-off"}
     real = {f.what for f in chaos.plan_faults(rng, chaos.ChaosSettings(real_tier=True), 2, 2, ["watcher-kto-1"])}
     assert real == {"kill", "broker-restart", "garbage", "apiserver-kill"}
+
+
+def created(name: str, times: int) -> list[dict[str, object]]:
+    return [{"verb": "create", "resource": "pods", "name": name, "code": 201}] * times
+
+
+def test_a_pod_name_created_twice_is_a_duplicate_though_the_job_has_no_more_creates_than_replicas() -> None:
+    job = chaos.PlannedJob("JAXJob", "j", "deleted", {}, "deleted", 2)
+    violations: dict[str, list[str]] = {"duplicate_pods": []}
+    chaos._check_duplicates([job], created("j-worker-0", 2), violations)
+    assert len(violations["duplicate_pods"]) == 1 and "j-worker-0 created 2 times" in violations["duplicate_pods"][0]
+
+
+def test_restarts_and_a_resume_explain_a_name_made_again() -> None:
+    restarting = chaos.PlannedJob("PyTorchJob", "r", "restart-master", {}, "Succeeded", 2)
+    resumed = chaos.PlannedJob("JAXJob", "s", "suspend", {}, "Succeeded", 1, resume_after=2.0)
+    violations: dict[str, list[str]] = {"duplicate_pods": []}
+    chaos._check_duplicates([restarting, resumed], created("r-master-0", 3) + created("s-worker-0", 2), violations)
+    assert violations["duplicate_pods"] == []
+
+
+@pytest.mark.parametrize(("counted", "ok"), [
+    pytest.param("2", True, id="each-failure-once"),
+    pytest.param("3", False, id="a-failure-counted-twice"),
+    pytest.param(None, False, id="never-counted"),
+])
+def test_the_restart_count_a_job_ends_with_is_the_one_its_failures_make(counted: str | None, ok: bool) -> None:
+    job = chaos.PlannedJob("PyTorchJob", "m", "restart-master", {}, "Succeeded", 2, restarts=(2, 2))
+    job.final, job.counted = "Succeeded", counted
+    violations: dict[str, list[str]] = {"restart_counts": []}
+    chaos._check_restart_counts([job], violations)
+    assert (violations["restart_counts"] == []) is ok
 
 
 @pytest.mark.parametrize("tier", [pytest.param(("sim", "tansu"), id="sim-tansu"),

@@ -23,6 +23,7 @@ from shared.bus import reading, records
 from shared.bus.settings import client_options
 from shared.core.settings import OperatorSettings
 from shared.kube import clients, resources
+from realparts import ports
 from tests.fixtures.pipeline import Pipeline, Tier
 from tests.pipeline.test_crashes import killed_and_replaced, start_reconciler_process
 from tests.pipeline.test_pipeline import job
@@ -169,6 +170,80 @@ async def test_backoff_limit_fails_the_job_after_that_many_restarts(
     if policy == "ExitCode":
         assert failed["metadata"]["annotations"]["kto.dev/replica-restarts"] == "2"
     await children_are(pipeline, name, set())
+
+
+@contextlib.asynccontextmanager
+async def pod_deletes_refused(pipeline: Pipeline, label: str) -> AsyncIterator[None]:
+    """While inside, the API server refuses every DELETE of this test's pods labelled
+    ``kto.dev/test-hold=<label>``: a validating webhook for them that is down, with
+    failurePolicy Fail (a 500 "failed calling webhook", as a real outage of one would give).
+    Both tiers call it as kube-apiserver does."""
+    rt = resources.VALIDATING_WEBHOOK_CONFIGURATIONS
+    name = f"hold-pod-deletes-{pipeline.namespace}-{label}"
+    await pipeline.client.create(rt, None, {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "hold.pod-deletes.kto.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "timeoutSeconds": 1,
+            "clientConfig": {"url": f"https://127.0.0.1:{ports.free()}/refuse"},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": pipeline.namespace}},
+            "objectSelector": {"matchLabels": {"kto.dev/test-hold": label}},
+        }],
+    })
+    try:
+        yield
+    finally:
+        await pipeline.client.delete(rt, None, name)
+
+
+async def test_a_restart_counted_by_a_reconciler_killed_before_its_delete_is_not_counted_again(
+    pipeline: Pipeline,
+) -> None:
+    """ExitCode, the Master exits 130 (retryable) twice and then 0, backoffLimit 2: the job
+    succeeds with two restarts counted, though the reconciler that counted the first one is
+    SIGKILLed while its delete is refused, and its successor makes the pass again (found by
+    a chaos run with kills and API faults, where a count made twice failed such jobs)."""
+    await pipeline.stop("reconciler")
+    first = await start_reconciler_process(pipeline)
+    name = "bo-counted-once"
+    manifest = job("PyTorchJob", name, {"Master": (1, "ExitCode"), "Worker": (1, "ExitCode")}, "pytorch",
+                   runPolicy={"backoffLimit": 2})
+    annotate(manifest, "Master", exit_code="130", fail_times="2", duration="0.3s")
+    annotate(manifest, "Worker", duration="60s")
+    manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["labels"] = {"kto.dev/test-hold": name}
+
+    def counted(job_object: dict[str, Any]) -> str | None:
+        return (job_object["metadata"].get("annotations") or {}).get("kto.dev/replica-restarts")
+
+    def deletes_tried() -> int:
+        return len([r for r in pipeline.requests() if r["verb"] == "delete" and r["name"] == f"{name}-master-0"])
+
+    try:
+        async with pod_deletes_refused(pipeline, name):
+            await pipeline.submit(manifest)
+
+            async def first_counted_and_tried() -> bool:
+                return counted(await pipeline.job("PyTorchJob", name)) is not None and deletes_tried() > 0
+
+            await pipeline.eventually(first_counted_and_tried, timeout=30, what="the first restart counted")
+            async with killed_and_replaced(first, lambda: start_reconciler_process(pipeline)):
+                refused = deletes_tried()
+
+                async def successor_tried() -> bool:  # the successor's pass, made on the job as it is now
+                    return deletes_tried() > refused
+
+                await pipeline.eventually(successor_tried, timeout=30, what="the successor's delete")
+                held = await pipeline.job("PyTorchJob", name)
+                assert counted(held) == "1" and condition(held, "Failed") is None, held["metadata"]["annotations"]
+            pipeline.start_reconciler()
+        succeeded = await pipeline.wait_for("PyTorchJob", name, "Succeeded", timeout=60)
+        assert counted(succeeded) == "2"
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)
 
 
 # ---------------------------------------------------------------------------
