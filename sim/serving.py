@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import applying, discovery, errors, execing, faults, openapi, patching, protobuf, resources, tables
+from sim import applying, decoding, discovery, errors, execing, faults, openapi, patching, protobuf, resources, tables
 from sim import store as sim_store
 from sim import admitting
 
@@ -309,7 +309,10 @@ class Server:
 
     # --- bodies and options -------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> Any:
+    async def _body(self, request: web.Request, kind: str, patch_type: str | None = None) -> Any:
+        """The decoded body of a create or update of ``kind`` (or of a patch of ``patch_type``);
+        a body nested deeper than ``decoding.MAX_DEPTH`` is refused as kube-apiserver refuses one
+        past its limit, before it is parsed."""
         ctype = request.content_type
         if ctype == "application/vnd.kubernetes.protobuf":
             return protobuf.decode(await request.read())
@@ -321,6 +324,10 @@ class Server:
         raw = await request.read()
         if not raw.strip():
             raise errors.bad_request("the body of the request is empty")
+        refusal = (decoding.object_refusal(raw, "yaml" in ctype, kind) if patch_type is None
+                   else decoding.patch_refusal(raw, patch_type))
+        if refusal is not None:
+            raise errors.bad_request(refusal)
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -329,7 +336,7 @@ class Server:
             raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
 
     async def _object_body(self, request: web.Request, route: Route, res: resources.Resource) -> Obj:
-        body = await self._body(request)
+        body = await self._body(request, res.kind)
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of the request must be a {res.kind} object, not {type(body).__name__}")
         expected = res.api_version(route.version)
@@ -499,7 +506,7 @@ class Server:
             return await self._update_scale(request, route, res, patch_type)
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-        body = await self._body(request)
+        body = await self._body(request, res.kind, patch_type)
         review = self._admission(request, route, res, "UPDATE", route.name)
         if review is not None:
             obj, _ = await review.staged(lambda: self.store._patched(
@@ -524,7 +531,7 @@ class Server:
                                   [{"reason": "FieldValueRequired", "message": f"Required value: {detail}",
                                     "field": "fieldManager"}],
                                   details={"group": "meta.k8s.io", "kind": "PatchOptions"})
-        config = await self._body(request)
+        config = await self._body(request, res.kind, "apply")
         if not isinstance(config, dict):
             raise errors.bad_request("invalid object type: /, Kind=")
         kind, api_version = str(config.get("kind") or ""), str(config.get("apiVersion") or "")
@@ -566,13 +573,16 @@ class Server:
         if request.can_read_body:
             raw = await request.read()
             if raw.strip():
+                refusal = decoding.options_refusal(raw)
+                if refusal is not None:
+                    raise errors.bad_request(refusal)
                 try:
                     parsed = json.loads(raw)
                 except ValueError as exc:
                     raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
-                if not isinstance(parsed, dict):
+                if parsed is not None and not isinstance(parsed, dict):
                     raise errors.bad_request("DeleteOptions must be an object")
-                options = parsed
+                options = parsed or {}  # a JSON null is no options, as kube-apiserver takes it
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
         orphan = query.get("orphanDependents") or options.get("orphanDependents")
         if not policy:
@@ -629,7 +639,7 @@ class Server:
             return await execing.serve(request, self.store._get("pods", route.namespace, route.name), self.kubelet)
         if res.key != "pods" or route.subresource not in ("eviction", "binding"):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-        body = await self._body(request)
+        body = await self._body(request, str(route.subresource).capitalize())
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {route.subresource} must be an object")
         pod = self.store._get("pods", route.namespace, route.name)
@@ -735,7 +745,7 @@ class Server:
         assert res.scale is not None
         if patch_type == "strategic":
             raise errors.strategic_merge_unsupported()
-        body = await self._body(request)
+        body = await self._body(request, "Scale", patch_type)
         new_scale = body if patch_type is None else patching.apply(scale, body, patch_type)
         if not isinstance(new_scale, dict):
             raise errors.bad_request("a Scale must be an object")

@@ -253,6 +253,36 @@ async def test_a_webhook_that_cannot_answer_fails_closed_or_open_by_its_policy(p
     await pair.run(scenario)
 
 
+async def test_a_delete_is_sent_with_the_stored_object_as_old_and_a_denial_keeps_the_object(
+    pair: Pair, hook: Hook,
+) -> None:
+    """DELETE reaches validating webhooks with ``object: null``, the stored object as ``oldObject``
+    and DeleteOptions; a denial or a webhook that is down (failurePolicy Fail) refuses the delete."""
+    closed = f"https://127.0.0.1:{ports.free()}"
+
+    async def scenario(api: Api, ns: str) -> Any:
+        await register(api, hook, ns, validating=[
+            webhook(hook, api.name, "deny-delete", "deny", ns, operations=["DELETE"],
+                    objectSelector={"matchLabels": {"case": "deny"}}),
+            webhook(hook, api.name, "down-delete", "down", ns, operations=["DELETE"], url=closed,
+                    objectSelector={"matchLabels": {"case": "down"}}),
+            webhook(hook, api.name, "allow-delete", "allow", ns, operations=["DELETE"],
+                    objectSelector={"matchLabels": {"case": "allow"}}),
+        ])
+        try:
+            answers = {}
+            for case in ("deny", "down", "allow"):
+                await send(api, "POST", differential.cms(ns), cm(case, labels={"case": case}))
+                answers[case] = await send(api, "DELETE", differential.cms(ns, case), None)
+                answers[f"{case} then"] = (await send(api, "GET", differential.cms(ns, case), None))["code"]
+            reviews = sorted(sent(hook, api.name), key=lambda item: str(item["path"]))
+            return unsided(api, {"answers": answers, "reviews": reviews})
+        finally:
+            await unregister(api, ns)
+
+    await pair.run(scenario)
+
+
 async def test_selectors_and_rules_choose_the_webhooks_called(pair: Pair, hook: Hook) -> None:
     async def scenario(api: Api, ns: str) -> Any:
         await register(api, hook, ns, validating=[
