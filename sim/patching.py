@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim import errors
+from sim import decoding, errors
 
 
 def deep_copy(value: Any) -> Any:
@@ -28,7 +28,12 @@ def apply(obj: dict[str, Any], patch: Any, patch_type: str) -> dict[str, Any]:
                                      "value of type map[string]interface {}")
         return merge(obj, patch)  # type: ignore[no-any-return]
     if patch_type == "json":
-        return json_patch(obj, patch)
+        # The one format whose result can nest deeper than the patch: a value added below a path.
+        patched = json_patch(obj, patch)
+        refusal = decoding.result_refusal(patched)
+        if refusal is not None:
+            raise errors.ApiError(500, "InternalError", refusal)
+        return patched
     if patch_type == "strategic":
         if not isinstance(patch, dict):
             raise errors.bad_request("strategic merge patch must be a JSON object")

@@ -452,6 +452,119 @@ async def test_errors(pair: Pair, method: str, path: str, body: Any, ctype: str,
     await pair.run(scenario)
 
 
+# --- bodies nested too deep -------------------------------------------------------------------
+
+def nest(levels: int, bracket: str = "{") -> str:
+    """JSON text ``levels`` deep: ``{"a":{"a":…1…}}`` or ``[[…1…]]``."""
+    if bracket == "{":
+        return '{"a":' * levels + "1" + "}" * levels
+    return "[" * levels + "1" + "]" * levels
+
+
+def deep_configmap(name: str, inner: str) -> str:
+    """A ConfigMap whose ``extra`` holds ``inner``, one level below the top."""
+    return f'{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"extra":{inner}}}'
+
+
+def deep_job(name: str, inner: str) -> str:
+    """A PyTorchJob with ``inner`` in a container of its pod template (kept: templates are free-form),
+    ``JOB_ENVELOPE`` levels below the top."""
+    return ('{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob","metadata":{"name":"%s"},"spec":{"pytorchReplicaSpecs":'
+            '{"Worker":{"replicas":1,"template":{"spec":{"containers":[{"name":"pytorch","image":"x","deep":%s}]}}}}}}'
+            % (name, inner))
+
+
+JOB_ENVELOPE = 8
+"""Levels above ``deep_job``'s inner value: the top, spec, the map, Worker, template, spec, containers, a container."""
+
+_YAML_FLOW = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\nextra: {inner}\n"
+"""A YAML ConfigMap, ``extra`` on line 4 in flow style."""
+
+
+def _unrecognized(kind: str, why: str, head: str) -> str:
+    """kube-apiserver's words for a create or update body its decoder cannot read, with the body's first
+    30 bytes (as text for a JSON object, else in hex)."""
+    return f"the object provided is unrecognized (must be of type {kind}): {why} ({head} ...)"
+
+
+def _bad_request(message: str) -> Obj:
+    return {"code": 400, "body": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                  "message": message, "reason": "BadRequest", "code": 400}}
+
+
+def deep_cases(levels: int) -> list[Any]:
+    """(method, path, body, content type, query, the answer) of requests whose body nests ``levels`` deep:
+    create, update and patch of every kind of body, of a ConfigMap and a custom resource, and their
+    subresources. go-yaml names its limit (10,000; the sim's is lower): ``max depth of N`` here."""
+    json_depth = "couldn't get version/kind; json parse error: invalid character '{' exceeded max depth"
+    arrays = json_depth.replace("'{'", "'['")
+    cm_head, job_head = '{"apiVersion":"v1","kind":"Con', '{"apiVersion":"kubeflow.org/v1'
+    yaml_head = b"apiVersion: v1\nkind: ConfigMap".hex()
+    deep, inner = nest(levels - 1), nest(levels - JOB_ENVELOPE)
+    cases = [
+        ("create", "POST", cms("{ns}"), deep_configmap("deep", deep), "application/json", None,
+         _unrecognized("ConfigMap", json_depth, cm_head)),
+        ("create-arrays", "POST", cms("{ns}"), deep_configmap("deep", nest(levels - 1, "[")), "application/json", None,
+         _unrecognized("ConfigMap", arrays, cm_head)),
+        ("create-not-an-object", "POST", cms("{ns}"), nest(levels, "["), "application/json", None,
+         _unrecognized("ConfigMap", arrays, "5b" * 30)),
+        ("create-custom-resource", "POST", jobs("{ns}"), deep_job("deep", inner), "application/json", None,
+         _unrecognized("PyTorchJob", json_depth, job_head)),
+        ("create-eviction", "POST", "/api/v1/namespaces/{ns}/pods/target/eviction",
+         '{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"target"},"x":%s}' % deep,
+         "application/json", None, _unrecognized("Eviction", json_depth, '{"apiVersion":"policy/v1","kin')),
+        ("create-yaml", "POST", cms("{ns}"), _YAML_FLOW.format(name="y", inner=deep), "application/yaml", None,
+         _unrecognized("ConfigMap", "yaml: line 4: exceeded max depth of N", yaml_head)),
+        ("update", "PUT", cms("{ns}", "target"), deep_configmap("target", deep), "application/json", None,
+         _unrecognized("ConfigMap", json_depth, cm_head)),
+        ("update-status", "PUT", jobs("{ns}", "target") + "/status", deep_job("target", inner), "application/json",
+         None, _unrecognized("PyTorchJob", json_depth, job_head)),
+        ("patch-merge", "PATCH", cms("{ns}", "target"), '{"extra":%s}' % deep, "application/merge-patch+json", None,
+         "invalid JSON patch"),
+        ("patch-strategic", "PATCH", cms("{ns}", "target"), '{"extra":%s}' % deep,
+         "application/strategic-merge-patch+json", None, "invalid JSON patch"),
+        ("patch-json", "PATCH", cms("{ns}", "target"), '[{"op":"add","path":"/data","value":%s}]' % nest(levels - 2),
+         "application/json-patch+json", None, "invalid JSON patch"),
+        ("patch-custom-resource", "PATCH", jobs("{ns}", "target"), '{"spec":%s}' % deep,
+         "application/merge-patch+json", None, "invalid JSON patch"),
+        ("apply-json", "PATCH", cms("{ns}", "target"), deep_configmap("target", deep), "application/apply-patch+yaml",
+         {"fieldManager": "test"}, "error decoding patch: error converting YAML to JSON: yaml: exceeded max depth of N"),
+        ("apply-yaml", "PATCH", cms("{ns}", "target"), _YAML_FLOW.format(name="target", inner=deep),
+         "application/apply-patch+yaml", {"fieldManager": "test"},
+         "error encoding patch: yaml: line 4: exceeded max depth of N"),
+        ("delete-options", "DELETE", cms("{ns}", "target"),
+         '{"kind":"DeleteOptions","apiVersion":"v1","x":%s}' % deep, "application/json", None, json_depth),
+    ]
+    return [pytest.param(method, path, body, ctype, query, _bad_request(message), id=f"{name}-{levels}")
+            for name, method, path, body, ctype, query, message in cases]
+
+
+async def deep_scenario(api: Api, ns: str, method: str, path: str, body: str, ctype: str,
+                        query: dict[str, str] | None) -> Any:
+    """Make a ConfigMap and a PyTorchJob named target, send the request; its answer (``max depth of N``),
+    and the two targets must be as they were."""
+    made = [await api.request("POST", cms(ns), cm("target", {"a": "1"})),
+            await api.request("POST", jobs(ns), data=deep_job("target", "1"))]
+    assert [reply.code for reply in made] == [201, 201], (api.name, made)
+    reply = await api.request(method, path.format(ns=ns), data=body, ctype=ctype, query=query)
+    after = [await api.request("GET", cms(ns, "target")), await api.request("GET", jobs(ns, "target"))]
+    assert [r.code for r in after] == [200, 200] and after[0].body["data"] == {"a": "1"}, (api.name, after)
+    answer = status_of(reply)
+    if isinstance(reply.body, dict) and isinstance(reply.body.get("message"), str):
+        answer["body"] = dict(reply.body, message=re.sub(r"max depth of \d+", "max depth of N", reply.body["message"]))
+    return answer
+
+
+@pytest.mark.parametrize(("method", "path", "body", "ctype", "query", "expected"), deep_cases(10_002))
+async def test_a_body_nested_past_kube_apiservers_limit_is_refused_alike(
+    pair: Pair, method: str, path: str, body: str, ctype: str, query: dict[str, str] | None, expected: Any,
+) -> None:
+    """10,002 levels: past kube-apiserver's limit (10,000 levels of JSON, and of YAML's flow collections
+    below the block mapping at the top) and the sim's (``sim.decoding.MAX_DEPTH``)."""
+    sim_out, _ = await pair.run(lambda api, ns: deep_scenario(api, ns, method, path, body, ctype, query))
+    assert sim_out == expected
+
+
 # --- resourceVersion, generation, optimistic concurrency --------------------------------------
 
 async def test_resource_version_and_generation(pair: Pair) -> None:
