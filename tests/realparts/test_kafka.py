@@ -186,6 +186,18 @@ async def test_an_idempotent_producer_on_tansu_fails_with_the_fix_in_the_message
         await publisher.stop()
 
 
+@pytest.mark.parametrize("wanted", [pytest.param(None, id="unset"), pytest.param(True, id="true")])
+def test_a_producer_id_refused_for_another_reason_fails_the_start_whatever_the_setting(wanted: bool | None) -> None:
+    """Only a broker without InitProducerId is worked around; an ACL that refuses one is the user's to fix."""
+    from aiokafka import errors as kafka_errors
+
+    refused = kafka_errors.ClusterAuthorizationFailedError()
+    assert not isinstance(refused, producing._NO_PRODUCER_IDS)
+    assert producing._refused("kafka-1:9092", refused, wanted) == (
+        f"cannot start an idempotent producer on kafka-1:9092: InitProducerId answered ClusterAuthorizationFailedError "
+        f"({refused}); KTO_KAFKA_IDEMPOTENCE=false starts one that asks for no producer id")
+
+
 async def test_a_producer_left_to_the_broker_on_tansu_goes_on_without_idempotence_and_says_so_once(
     broker: KafkaSettings, caplog: pytest.LogCaptureFixture,
 ) -> None:
