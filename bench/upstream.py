@@ -31,7 +31,8 @@ async def run(
     """The training-operator on the running cluster of ``kubeconfig`` (context :data:`CONTEXT`), the
     benchmark through it, its figures; ``cpu_seconds(pid)`` reads a process's CPU time so far."""
     began = time.monotonic()
-    async with upstream.TrainingOperator(kubeconfig, CONTEXT, log, threads=threads) as operator:
+    async with upstream.TrainingOperator(kubeconfig, CONTEXT, log, threads=threads,
+                                        progress=progress) as operator:
         progress(f"training-operator ready in {time.monotonic() - began:.1f}s; submitting {bench.jobs} jobs "
                  f"at {bench.rate:g}/s")
         assert operator.pid is not None

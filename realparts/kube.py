@@ -167,6 +167,10 @@ class Process:
     name: str
     argv: list[str]
     log: pathlib.Path
+    env: dict[str, str] | None = None
+    """Its environment (None: this process's)."""
+    pass_fds: tuple[int, ...] = ()
+    """Open files it inherits: a lock it must hold for as long as it lives."""
     popen: subprocess.Popen[bytes] | None = None
     _output: IO[bytes] | None = None
 
@@ -176,7 +180,7 @@ class Process:
         try:
             self.popen = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env=self.env, pass_fds=self.pass_fds,
             )
         except OSError as exc:
             raise caching.PartError(f"cannot run {self.argv[0]}: {exc}") from exc
