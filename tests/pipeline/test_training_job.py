@@ -198,6 +198,25 @@ async def test_a_worker_lost_above_min_replicas_shrinks_the_job_which_runs_on(pi
     await hostfile_is(pipeline, [0, 2])
 
 
+async def test_a_training_job_whose_workers_never_run_at_once_starts_its_launcher_and_succeeds(
+    pipeline: Pipeline,
+) -> None:
+    """Workers of a second each that fit on their node one at a time: no pass can see them both
+    Running. Upstream's WorkersReady (all Running at once) would hold the job in Created for ever,
+    as it held the et-operator example on a loaded CI machine (pods of a second, a pass slower than
+    their overlap). Each counts as come up once it ended; the launcher runs and the job succeeds."""
+    job = training_job(2)
+    for role in ("launcher", "worker"):
+        job["spec"]["etReplicaSpecs"][role]["template"]["metadata"]["annotations"]["sim.kto.dev/duration"] = "1s"
+    template = job["spec"]["etReplicaSpecs"]["worker"]["template"]["spec"]
+    template["nodeSelector"] = {"kubernetes.io/hostname": "sim-node-0"}
+    template["containers"][0]["resources"] = {"requests": {"cpu": "20"}}  # of the node's 32
+    await pipeline.submit(job)
+    done = await phase_is(pipeline, "Succeeded", timeout=90)
+    ready = next(c for c in done["status"]["conditions"] if c["type"] == "WorkersReady")
+    assert "all workers (2) came up" in ready["message"], ready
+
+
 async def pipeline_records(pipeline: Pipeline) -> list[dict[str, Any]]:
     """The decision records of this test's job, from kto.jobs, in log order."""
     found: list[dict[str, Any]] = []

@@ -190,12 +190,30 @@ def _create_workers(p: Pass) -> None:
                            f"create trainingjob({job.namespace}/{job.name}) workers", p.now)
 
 
+_CAME_UP = frozenset({"Running", "Succeeded", "Failed"})
+"""Worker pod phases past starting (a failed worker still to be replaced is no longer a target)."""
+
+
 def _wait_workers_running(p: Pass) -> None:
+    """B.8 step 2. Upstream waits until ``replicas`` workers are Running at one time; a worker
+    that ends before the others are up (it ran and exited, or failed and is not replaced)
+    holds the job in Created for ever. kto waits until no worker is still to come up: each
+    is Running or has ended, and the job goes on with the Running ones, as when a worker
+    leaves a Running job."""
+    job = p.job
     _sync_workers(p)
-    running = len(statuses.names(p.status.current_workers))
-    if running >= (p.job.worker.replicas or defaulting.DEFAULT_WORKER_REPLICAS):
-        statuses.set_condition(p.status, statuses.WORKERS_READY, "",
-                               f"trainingjob({p.job.namespace}/{p.job.name}) all workers ({running}) are running", p.now)
+    running = statuses.names(p.status.current_workers)
+    if len(running) >= (job.worker.replicas or defaulting.DEFAULT_WORKER_REPLICAS):
+        message = f"trainingjob({job.namespace}/{job.name}) all workers ({len(running)}) are running"
+    else:
+        target = statuses.names(p.status.target_workers)
+        phases = {name_of(pod): core_passes.phase(pod) for pod in p.workers()}
+        if not target or any(phases.get(name) not in _CAME_UP for name in target):
+            return
+        _below_minimum(p, target, running)
+        message = (f"trainingjob({job.namespace}/{job.name}) all workers ({len(target)}) came up, "
+                   f"{len(running)} still running")
+    statuses.set_condition(p.status, statuses.WORKERS_READY, "", message, p.now)
 
 
 def _create_launcher(p: Pass) -> None:
