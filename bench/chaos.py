@@ -698,7 +698,7 @@ async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str
         for group in ("kto-reconciler", "kto-status"):
             tps = [TopicPartition(kafka.jobs_topic, p)
                    for p in sorted(metadata.partitions_for_topic(kafka.jobs_topic) or ())]
-            ends = await consumer.end_offsets(tps)
+            ends = await _log_ends(consumer, tps)
             lagging, past_end = await _lag(kafka, consumer, group, tps, ends)
             violations["partition_stalls"].extend(lagging)
             violations["offsets_past_log_end"].extend(past_end)
@@ -724,7 +724,7 @@ async def _lag(kafka: Any, consumer: AIOKafkaConsumer, group: str, tps: list[Top
     while True:
         try:
             committed = await reading.committed_offsets(kafka, group)
-            now = await consumer.end_offsets(tps)
+            now = await _log_ends(consumer, tps)
         except Exception as exc:
             return [f"{group}: committed offsets unreadable: {exc!r}"], []
         stalls, past_end = [], []
@@ -739,6 +739,21 @@ async def _lag(kafka: Any, consumer: AIOKafkaConsumer, group: str, tps: list[Top
         if not (stalls or past_end) or time.monotonic() > deadline:
             return stalls, past_end
         await asyncio.sleep(1.0)
+
+
+async def _log_ends(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """Each partition's log end as a fetch reports it (its high watermark). Tansu answers
+    ListOffsets with the newest produce batch's base offset plus one, which falls short of
+    the end when that batch held several records (docs/bus.md)."""
+    reported = await consumer.end_offsets(tps)
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, max(0, reported[tp] - 1))
+    for _ in range(10):
+        await consumer.getmany(*tps, timeout_ms=300)
+        if all(consumer.highwater(tp) is not None for tp in tps):
+            break
+    return {tp: max(reported[tp], consumer.highwater(tp) or 0) for tp in tps}
 
 
 def dumps(summary: Summary) -> str:
