@@ -9,6 +9,12 @@ adds one row per pod (created, scheduled, running, restarts, finished);
 ``--follow`` keeps reading. Only the job's partition is read for one job, and
 ``--since`` seeks by timestamp. A record that does not decode is shown with its
 offset and why; a job with no record says so in one line.
+
+Records are written by whoever can write the topic, so the text output never
+hands their bytes to the terminal: every control character (C0 with newline
+and tab, DEL, C1 with ESC's 8-bit twin CSI) in a printed field is escaped
+(``printable``), as are the Unicode line separators and bidi controls. JSON
+output is escaped by ``json.dumps`` (ASCII only), YAML by ``yaml.safe_dump``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,20 @@ KINDS = {
 """Job kind → the names kubectl accepts for it (besides the kind itself, any case)."""
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def printable(text: str) -> str:
+    """``text`` as one inert line for a terminal: C0 controls, DEL, C1 controls, U+2028/9 and
+    the bidi controls written as escapes (``\\n``, ``\\t``, ``\\r``, ``\\x1b``, ``\\x9b``,
+    ``\\u202e``); everything else as it is."""
+    return _UNPRINTABLE.sub(_escape, text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -212,7 +232,7 @@ def _row(entry: Any, with_key: bool) -> list[str]:
     source, event, detail = _what(entry)
     row = [f"{entry.partition}/{entry.offset}", when(entry.timestamp_ms), source, event, detail,
            entry.trace_id[:16]]
-    return [entry.key, *row] if with_key else row
+    return [printable(cell) for cell in ([entry.key, *row] if with_key else row)]
 
 
 async def _collect(args: argparse.Namespace, settings: Any, key: str | None, accept: Any,
@@ -249,7 +269,7 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
             pods = timeline(entries)
             print()
             columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"]
-            print(_table([[str(p[c]) for c in columns] for p in pods], [c.upper() for c in columns])
+            print(_table([[printable(str(p[c])) for c in columns] for p in pods], [c.upper() for c in columns])
                   if pods else "(no pod observed)")
         return 0
     document: dict[str, Any] = {"records": [_dict(e) for e in entries]}
@@ -287,7 +307,8 @@ async def archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
                     raw = reading.RawEntry(int(row["partition"]), int(row["offset"]), int(row["timestamp_ms"]),
                                            str(row["key"]), str(row["value"]).encode(), str(row.get("trace_id", "")))
                 except (ValueError, KeyError, TypeError) as exc:
-                    print(f"kto {command}: {path}:{number}: not an exported record ({exc}); skipped", file=sys.stderr)
+                    print(f"kto {command}: {path}:{number}: not an exported record ({printable(str(exc))}); skipped",
+                          file=sys.stderr)
                     continue
                 if not accept(raw.key) or since_ms is not None and raw.timestamp_ms < since_ms or \
                         until_ms is not None and raw.timestamp_ms > until_ms:

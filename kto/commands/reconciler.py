@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check-after", type=float, default=300.0, metavar="SECONDS",
                         help="read a job afresh when it was not observed for this long, to notice one deleted "
                         "while no watcher ran (default 300; 0 = never)")
+    parser.add_argument("--exec-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="time limit of each command run in a TrainingJob's launcher; one still running "
+                        "then counts as failed (default 60)")
     add_operator_arguments(parser)
 
 
@@ -42,11 +45,13 @@ def run(args: argparse.Namespace) -> int:
         raise cli.UserError("--create-concurrency must be at least 1")
     if not args.check_after >= 0:
         raise cli.UserError(f"--check-after {args.check_after}: must be a number of seconds ≥ 0")
+    if not args.exec_timeout > 0:
+        raise cli.UserError(f"--exec-timeout {args.exec_timeout}: must be a number of seconds > 0")
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig,
         concurrency=args.concurrency, release_after=args.release_after, group_id=args.group,
         create_concurrency=args.create_concurrency,
-        check_after=args.check_after, metrics_port=serving.metrics_port(args),
+        check_after=args.check_after, exec_timeout=args.exec_timeout, metrics_port=serving.metrics_port(args),
         health_port=serving.health_port(args),
         operator=OperatorSettings(
             gang_scheduler_name=args.gang_scheduler_name,

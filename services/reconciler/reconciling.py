@@ -55,6 +55,26 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+async def run_in_launcher(
+    client: clients.KubeClient, command: et_decisions.Exec, timeout: float,
+) -> et_decisions.ExecResult:
+    """Run one command a TrainingJob's decision asks for: its output as the client reads it
+    back (each stream capped at ``clients.EXEC_OUTPUT_LIMIT``); failed on a non-zero exit, an
+    API error, or no end within ``timeout`` seconds (the exec is then abandoned)."""
+    try:
+        answer = await client.exec(command.namespace, command.pod, command.container, list(command.command),
+                                   timeout=timeout)
+    except clients.ApiError as exc:
+        if exc.reason == "Timeout":
+            return et_decisions.ExecResult(
+                command, False, f"the {command.purpose} command did not end within the exec time limit of "
+                                f"{timeout:g} s and counts as failed")
+        return et_decisions.ExecResult(command, False, exc.message or str(exc))
+    if answer.exit_code != 0:
+        return et_decisions.ExecResult(command, False, answer.stderr or answer.stdout or f"exit code {answer.exit_code}")
+    return et_decisions.ExecResult(command, True, answer.stdout)
+
+
 class Reconciler:
     """Holds every key's view; ``handle`` is the KeyedConsumer handler."""
 
@@ -445,13 +465,7 @@ class Reconciler:
                                    record_id=records.deterministic_id(str(key), scaler.metadata.uid or "", step.kind))
 
     async def _exec(self, client: clients.KubeClient, command: et_decisions.Exec) -> et_decisions.ExecResult:
-        try:
-            answer = await client.exec(command.namespace, command.pod, command.container, list(command.command))
-        except clients.ApiError as exc:
-            return et_decisions.ExecResult(command, False, exc.message or str(exc))
-        if answer.exit_code != 0:
-            return et_decisions.ExecResult(command, False, answer.stderr or answer.stdout or f"exit code {answer.exit_code}")
-        return et_decisions.ExecResult(command, True, answer.stdout)
+        return await run_in_launcher(client, command, self._settings.exec_timeout)
 
     async def _apply_training_job(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, job: elastic.TrainingJob,

@@ -51,6 +51,11 @@ class ReconcilerSettings:
     watcher resyncs live jobs every 30 s by default), so a job deleted while no
     watcher ran is noticed; 0 turns the check off."""
 
+    exec_timeout: float = 60.0
+    """Seconds a command run in a TrainingJob's launcher (hostfile rewrite, scaler script,
+    process probe) may take; one that has not ended by then counts as failed
+    (``--exec-timeout``)."""
+
     delete_grace: float = 300.0
     """Seconds a child this worker deleted counts as going away before it is deleted again."""
 

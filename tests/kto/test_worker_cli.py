@@ -24,6 +24,8 @@ def kto(*args: str) -> subprocess.CompletedProcess[str]:
         (["reconciler", "--create-concurrency", "0"], "--create-concurrency"),
         (["reconciler", "--concurrency", "0"], "--concurrency"),
         (["reconciler", "--check-after", "-5"], "--check-after"),
+        (["reconciler", "--exec-timeout", "0"], "--exec-timeout 0.0: must be a number of seconds > 0"),
+        (["reconciler", "--exec-timeout", "nan"], "--exec-timeout nan: must be a number of seconds > 0"),
         (["reconciler", "--release-after", "0"], "--release-after"),
         (["status-service", "--release-after", "nan"], "--release-after"),
         (["status-service", "--kubeconfig", "/nonexistent/kubeconfig"], "/nonexistent/kubeconfig"),

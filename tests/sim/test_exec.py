@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from services.reconciler import reconciling
+from shared.core.elastic import decisions as et_decisions
 from shared.kube import clients, resources
 from sim import cluster as sim_cluster_module
 from sim import settings as sim_settings_module
@@ -162,6 +164,30 @@ async def test_exec_errors_are_the_api_servers_and_the_kubelets(tier: Tier) -> N
     assert await _refused(tier, "launcher", "init-hostfile") == (500, 'container not found ("init-hostfile")')
     missing = await tier.run("exec", "nope", "--", "true", check=False)
     assert (missing.returncode, missing.stderr) == (1, 'Error from server (NotFound): pods "nope" not found\n')
+
+
+async def test_exec_output_past_64_kib_is_dropped_with_a_marker_saying_how_much(tier: Tier) -> None:
+    await start_launcher(tier)
+    double = "; ".join(f"cat /tmp/o{i} /tmp/o{i} > /tmp/o{i + 1}" for i in range(7))
+    script = f"printf %s {'0' * 1000} > /tmp/o0; {double}; cat /tmp/o7; cat /tmp/o6 >&2"
+    answer = await tier.client.exec(tier.namespace, "launcher", "launcher", ["sh", "-c", script])
+    limit = clients.EXEC_OUTPUT_LIMIT
+    assert answer.stdout == "0" * limit + clients.dropped_marker(128_000 - limit)
+    assert answer.stdout.endswith(f"[kto: {128_000 - limit} more bytes dropped, exec output is capped at 65536 bytes]\n")
+    assert (answer.stderr, answer.exit_code) == ("0" * 64_000, 0), "under the cap: all of it, no marker"
+
+
+async def test_a_launcher_command_past_the_exec_time_limit_counts_as_failed(tier: Tier) -> None:
+    await start_launcher(tier)
+    slow = et_decisions.Exec(tier.namespace, "launcher", "launcher", ("sh", "-c", "sleep 3"), "script")
+    started = asyncio.get_running_loop().time()
+    result = await reconciling.run_in_launcher(tier.client, slow, timeout=0.5)
+    assert asyncio.get_running_loop().time() - started < 2.5, "not waited out"
+    assert result == et_decisions.ExecResult(
+        slow, False, "the script command did not end within the exec time limit of 0.5 s and counts as failed")
+    quick = et_decisions.Exec(tier.namespace, "launcher", "launcher", ("sh", "-c", "echo done"), "probe")
+    assert await reconciling.run_in_launcher(tier.client, quick, timeout=5) == et_decisions.ExecResult(
+        quick, True, "done\n")
 
 
 async def test_a_failing_init_command_fails_a_never_pod(tier: Tier) -> None:

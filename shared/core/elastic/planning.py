@@ -6,6 +6,11 @@ and their Services, ConfigMap ``<job>-config``, the SSH Secret, the
 launcher's ServiceAccount / Role / RoleBinding and the launcher pod; and the
 shell commands that rewrite the hostfile, run a scaler's script or list the
 launcher's ssh processes. Pod templates are deep-copied, never changed.
+
+Every value that reaches a shell script (worker names, a scaler's env values,
+script path and timeout, a container name) is quoted with ``shlex.quote``, so
+a value like ``1; wget … | sh #`` stays one word; an env name must be a shell
+identifier (``SHELL_NAME``, checked by ``validating.validate_scaler``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import re
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +60,8 @@ _INIT_COMMAND = (
     f"cp {CONFIG_DIR}/{DISCOVER_HOSTS} {HOSTFILE_DIR}/{DISCOVER_HOSTS} && chmod +x {HOSTFILE_DIR}/{DISCOVER_HOSTS} && "
     f"cp {CONFIG_DIR}/{DEEPSPEED_HOSTFILE} {DEEPSPEED_DIR}/{HOSTFILE} && chmod 600 {DEEPSPEED_DIR}/{HOSTFILE}"
 )
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What a scaler's env name must be: it is ``export``-ed, unquoted, in the launcher's shell."""
 _INIT_RESOURCES = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"}
 
 
@@ -99,16 +108,21 @@ def deepspeed_hostfile(workers: Sequence[str], slot_count: int) -> str:
 
 def hostfile_script(workers: Sequence[str], slot_count: int) -> str:
     """The command that rewrites the launcher's hostfile (the ConfigMap is never updated)."""
-    return f"echo '{hostfile(workers, slot_count)}' > {HOSTFILE_PATH}"
+    return f"echo {shlex.quote(hostfile(workers, slot_count))} > {HOSTFILE_PATH}"
 
 
 def scaler_script(scaler: elastic.Scaler, pods: Sequence[str], slot_count: int) -> str:
     """A scaler's custom script, exactly as upstream builds it: ``export K=V  && timeout <t>
-    sh <script> <p1>:<slots>,<p2>:<slots>`` (a leading space when there is no env)."""
+    sh <script> <p1>:<slots>,<p2>:<slots>`` (a leading space when there is no env), with every
+    value quoted. ValueError for an env name that is not a shell identifier (validation
+    refuses such a scaler before it runs)."""
     envs = scaler.spec.env or []
-    prefix = "".join(f"export {env.name or ''}={env.value or ''} " for env in envs) + " &&" if envs else ""
-    workers = ",".join(f"{pod}:{slot_count}" for pod in pods)
-    return f"{prefix} timeout {scaler.timeout} sh {scaler.spec.script or ''} {workers}"
+    for env in envs:
+        if not SHELL_NAME.fullmatch(env.name or ""):
+            raise ValueError("a scaler's env name must be a shell identifier")
+    prefix = "".join(f"export {env.name}={shlex.quote(env.value or '')} " for env in envs) + " &&" if envs else ""
+    workers = shlex.quote(",".join(f"{pod}:{slot_count}" for pod in pods))
+    return f"{prefix} timeout {int(scaler.timeout)} sh {shlex.quote(scaler.spec.script or '')} {workers}"
 
 
 def attach_command(job: elastic.TrainingJob) -> str:
@@ -118,6 +132,7 @@ def attach_command(job: elastic.TrainingJob) -> str:
 
 def probe_script(job: elastic.TrainingJob) -> str:
     """Lists the launcher's processes attached to workers (B.13 step 4)."""
+    # Both attach commands are kto's constants (no spec value), written as upstream does.
     return f"ps -ef | grep '{attach_command(job)}'"
 
 
@@ -129,7 +144,7 @@ def shut_down(job: elastic.TrainingJob, probe_output: str, workers: Sequence[str
 
 def kubexec_script(job: elastic.TrainingJob) -> str:
     container = _first_worker_container(job).get("name")
-    target = f" --container {container}" if container else ""
+    target = f" --container {shlex.quote(container)}" if isinstance(container, str) and container else ""
     return (f"#!/bin/sh\nset -x\nPOD_NAME=$1\nshift\n{KUBECTL_DIR}/kubectl exec ${{POD_NAME}}{target}"
             ' -- /bin/sh -c "$*"')
 

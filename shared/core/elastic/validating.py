@@ -19,7 +19,7 @@ from typing import Any
 
 from shared.api import elastic, limits
 from shared.core import validating
-from shared.core.elastic import naming
+from shared.core.elastic import naming, planning
 
 Report = validating.Report
 FieldError = validating.FieldError
@@ -143,7 +143,9 @@ def _check_limits(job: elastic.TrainingJob, report: Report) -> None:
 
 def validate_scaler(scaler: elastic.Scaler) -> Report:
     """What a scaler must say besides its count (the count rules are upstream's, at run time,
-    ``scaling``): which job, a positive timeout, named env entries."""
+    ``scaling``): which job, a positive timeout, env entries named by shell identifiers
+    (each is ``export``-ed in the launcher's shell; the name itself is not echoed back, it
+    may be hostile text bound for a record)."""
     report = Report()
     if not scaler.target_name:
         report.errors.append(FieldError("spec.selector.name", "Required", "the TrainingJob to scale"))
@@ -152,4 +154,8 @@ def validate_scaler(scaler: elastic.Scaler) -> Report:
     for i, env in enumerate(scaler.spec.env or []):
         if not env.name:
             report.errors.append(FieldError(f"spec.env[{i}].name", "Required", ""))
+        elif not planning.SHELL_NAME.fullmatch(env.name):
+            report.errors.append(FieldError(
+                f"spec.env[{i}].name", "Invalid",
+                "must be a shell variable name: a letter or '_', then letters, digits or '_' ([A-Za-z_][A-Za-z0-9_]*)"))
     return report

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
 from typing import Any
 
 import pytest
@@ -168,3 +170,68 @@ def test_a_worker_counts_as_shut_down_when_no_launcher_process_is_attached(mode:
 def test_workers_sort_by_index(names: list[str], sorted_names: list[str], max_index: int) -> None:
     assert naming.sorted_workers(JOB, names) == sorted_names
     assert naming.max_index(names) == max_index
+
+
+HOSTILE = [
+    pytest.param("1; touch {marker} #", id="a-semicolon-and-a-comment"),
+    pytest.param("$(touch {marker})", id="a-command-substitution"),
+    pytest.param("`touch {marker}`", id="backticks"),
+    pytest.param("'; touch {marker}; '", id="a-closing-single-quote"),
+    pytest.param("x\ntouch {marker}", id="a-newline"),
+    pytest.param("x && touch {marker} || touch {marker}", id="and-or-lists"),
+    pytest.param("x | touch {marker}", id="a-pipe"),
+]
+
+
+def run_sh(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_hostile_env_value_is_exported_as_text_and_runs_nothing(value: str, tmp_path: pathlib.Path) -> None:
+    marker = tmp_path / "pwned"
+    hostile = value.format(marker=marker)
+    echo = tmp_path / "echo.sh"
+    echo.write_text('printf "%s|%s" "$A" "$1"\n')
+    custom = scaler("ScaleOut", "so", job="job", script=str(echo), timeout=30,
+                    env=[{"name": "A", "value": hostile}, {"name": "B_2", "value": hostile}])
+    ran = run_sh(planning.scaler_script(custom, ["job-worker-2", "job-worker-3"], 1))
+    assert not marker.exists(), "the value ran as a command"
+    assert (ran.returncode, ran.stdout) == (0, f"{hostile}|job-worker-2:1,job-worker-3:1")
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_hostile_script_path_is_one_word_and_runs_nothing(value: str, tmp_path: pathlib.Path) -> None:
+    marker = tmp_path / "pwned"
+    custom = scaler("ScaleOut", "so", job="job", script=value.format(marker=marker), timeout=30)
+    run_sh(planning.scaler_script(custom, ["job-worker-2"], 1))
+    assert not marker.exists(), "the script path ran as a command"
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_hostile_worker_name_reaches_the_hostfile_as_text(
+    value: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker, hostfile = tmp_path / "pwned", tmp_path / "hostfile"
+    monkeypatch.setattr(planning, "HOSTFILE_PATH", str(hostfile))
+    name = value.format(marker=marker)
+    ran = run_sh(planning.hostfile_script(["job-worker-0", name], 2))
+    assert not marker.exists(), "the worker name ran as a command"
+    assert (ran.returncode, hostfile.read_text()) == (0, f"job-worker-0:2\n{name}:2\n\n")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param("A;touch x", id="a-semicolon"), pytest.param("1A", id="a-leading-digit"),
+    pytest.param("A-B", id="a-dash"), pytest.param("", id="empty"),
+])
+def test_a_script_is_not_built_with_an_env_name_that_is_not_a_shell_identifier(name: str) -> None:
+    custom = scaler("ScaleOut", "so", job="job", script="/s.sh", env=[{"name": name, "value": "1"}])
+    with pytest.raises(ValueError, match="shell identifier"):
+        planning.scaler_script(custom, ["job-worker-2"], 1)
+
+
+def test_a_kubexec_container_name_is_quoted_in_the_script() -> None:
+    trained = job(launcherAttachMode="kubexec", worker={"template": {"spec": {"containers": [
+        {"name": "w; touch /tmp/x", "image": "i"}]}}})
+    assert planning.kubexec_script(trained).endswith(
+        "kubectl exec ${POD_NAME} --container 'w; touch /tmp/x' -- /bin/sh -c \"$*\"")

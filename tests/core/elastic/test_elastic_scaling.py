@@ -240,3 +240,26 @@ def test_a_scaler_with_a_custom_script_runs_it_instead_of_rewriting_the_hostfile
     assert world.execs[0].script == f"export A=1  && timeout 30 sh /s.sh {W[2]}:1"
     assert world.execs[0].command[:2] == ("/bin/sh", "-c")
     assert world.execs[0].container == "mnist-elastic"
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        pytest.param("ScaleIn", {"toDelete": {"count": 1}}, id="scale-in"),
+        pytest.param("ScaleOut", {"toAdd": {"count": 1}}, id="scale-out"),
+    ],
+)
+def test_a_scaler_whose_env_name_is_not_a_shell_identifier_fails_before_anything_runs(
+    world: World, kind: str, spec: dict[str, object]
+) -> None:
+    world.start()
+    world.add(scaler(kind, "bad", script="/s.sh", env=[{"name": "A", "value": "1"}, {"name": "B", "value": "2"},
+                                                       {"name": "X=1;touch /tmp/p #", "value": "3"}], **spec))
+    world.settle()
+    status = world.get("bad").status
+    assert status is not None and status.phase == "ScaleFailed"
+    assert status.conditions and status.conditions[-1].message == (
+        f"{kind}:default/bad is invalid: spec.env[2].name: Invalid value: must be a shell variable name: a letter "
+        "or '_', then letters, digits or '_' ([A-Za-z_][A-Za-z0-9_]*)")
+    assert "touch" not in " ".join([*world.log, *map(str, world.steps)]), "the name reached no record of the pass"
+    assert world.names("Pod") == [LAUNCHER, *W[:2]] and world.hostfiles() == []
