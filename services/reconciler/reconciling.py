@@ -133,8 +133,7 @@ class Reconciler:
                 view.hydrated = False  # read the job and its children afresh
                 return True
             return record.action == "timer_fired" or records.is_wake(record, "reconciler")
-        if record.event == "DELETED":
-            self._deletion_seen(record.key, record.object)
+        own_delete = record.event == "DELETED" and self._deletion_seen(record.key, record.object)
         if not record.omitted and record.event != "DELETED":
             view.note_logged(record.object, record.object_kind in RECONCILED_KINDS)
         if record.object_kind in RECONCILED_KINDS:
@@ -146,16 +145,22 @@ class Reconciler:
                 view.hydrated = False
             return True
         # A pod being scheduled or getting an IP changes no decision: no reconcile for it.
-        return view.observe_child(record.object, record.event == "DELETED") or not view.hydrated
+        changed = view.observe_child(record.object, record.event == "DELETED")
+        if changed and record.event == "DELETED" and not own_delete:
+            view.vanished = True
+        return changed or not view.hydrated
 
-    def _deletion_seen(self, job_key: str, obj: dict[str, Any]) -> None:
+    def _deletion_seen(self, job_key: str, obj: dict[str, Any]) -> bool:
         """A DELETED observation ends the going-away of the incarnation it names only:
-        a late one of a previous incarnation leaves the current one's mark alone."""
+        a late one of a previous incarnation leaves the current one's mark alone. True if
+        this worker deleted that incarnation."""
         entry = (job_key, views.child_key(obj))
         marked = self._deleted.get(entry)
         uid = (obj.get("metadata") or {}).get("uid")
         if marked is not None and (marked[0] is None or uid is None or marked[0] == str(uid)):
             del self._deleted[entry]
+            return True
+        return False
 
     async def settle(self, job_key: str, parent: otel_context.Context, flush: bool) -> float | None:
         """Reconcile the key once for every record taken in since its last settle.
@@ -186,10 +191,13 @@ class Reconciler:
             return
         if self._unconfirmed_deletes(job_key):
             view.hydrated = False  # the API server says whether they are gone
+        vanished, view.vanished = view.vanished, False
+        if vanished:
+            view.hydrated = False  # is the job going too? The API server says, before anything is made again
         if not view.hydrated:
             known = view.job
             await self._hydrate(key, view)
-            if view.job is None and known is not None:
+            if view.job is None and known is not None and not vanished:
                 await self._deleted_unobserved(key, known)
         if view.job is None:
             await self._scalers_wait(key, view)

@@ -103,6 +103,11 @@ class JobView:
     """The job held was read from (or written to) the API server, not taken from a record."""
     reread: bool = False
     """A record of the job older than the one held came: read the job afresh before acting."""
+    vanished: bool = False
+    """A child went that this worker did not delete (the garbage collector after the job's
+    deletion, or a user): read the job afresh before making it again. The job's own
+    deletion may not be in the view yet: its record and the children's come on separate
+    watches, and a child's DELETED can come first."""
     from_server: tuple[str | None, dict[str, Any]] | None = None
     """(uid, annotations) of the job as the API server last returned it."""
     logged_versions: dict[ChildKey, set[str]] = dataclasses.field(default_factory=dict)

@@ -16,6 +16,7 @@ import pytest
 from services.reconciler import reconciling as reconciler_module
 from services.reconciler.settings import ReconcilerSettings
 from shared.bus import producing, records
+from shared.kube import resources
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_crashes import killed_and_replaced, start_reconciler_process
@@ -189,3 +190,42 @@ async def test_a_replica_deleted_for_a_restart_is_recreated_when_the_watcher_die
     job_now = await pipeline.job("PyTorchJob", "orphaned-restart")
     assert job_now["metadata"]["annotations"]["kto.dev/replica-restarts"] == "1", "the restart counted once"
     assert not any(c["type"] == "Failed" for c in job_now["status"]["conditions"])
+
+
+async def test_pods_the_garbage_collector_removes_before_the_jobs_deletion_is_seen_are_not_made_again(
+    pipeline: Pipeline,
+) -> None:
+    """A job deleted in the foreground keeps its name while the garbage collector deletes its
+    pods; the job's record and its pods' come on separate watches, so a pod's DELETED can reach
+    the reconciler before the job's deletionTimestamp does (an independent chaos run deleting jobs
+    5 s after creation, their long-running pods starting, had pods made twice before the jobs were
+    gone). The reconciler reads the job afresh before making a pod it did not delete again: the
+    API server says the job is going, and nothing is made."""
+    name = "gc-first"
+    manifest = job("JAXJob", name, {"Worker": (2, "Never")}, "jax")
+    annotate(manifest, "Worker", duration="60s")
+    manifest["metadata"]["finalizers"] = ["kto.dev/test-hold"]  # the job stays, terminating, after its pods go
+    await pipeline.submit(manifest)
+    await pipeline.wait_for("JAXJob", name, "Running", timeout=30)
+    pods = {p["metadata"]["name"]: p for p in await pipeline.pods(name)}
+    assert len(pods) == 2
+    await pipeline.stop("watcher")  # its records of the deletion would come in the order they may, or not
+    rt = resources.JOB_TYPES["JAXJob"]
+    await pipeline.client.delete(rt, pipeline.namespace, name, propagation="Foreground")
+
+    async def pods_gone() -> bool:
+        return not await pipeline.pods(name)
+
+    await pipeline.eventually(pods_gone, timeout=60, what="the garbage collector deleting the pods")
+    creates_before = len([r for r in pipeline.requests() if r["verb"] == "create" and r["resource"] == "pods"])
+    async with producing.Publisher(pipeline.kafka, "test", "watcher-stand-in") as publisher:
+        for pod in pods.values():  # what the watcher publishes when a pod's DELETED comes before the job's news
+            gone = {**pod, "apiVersion": "v1", "kind": "Pod"}
+            await publisher.publish(records.Observation(
+                key=pipeline.key("JAXJob", name), resource_version=str(pod["metadata"]["resourceVersion"]),
+                object_kind="Pod", event="DELETED", object=gone, source="watcher"))
+    await asyncio.sleep(5.0)
+    made = [r for r in pipeline.requests() if r["verb"] == "create" and r["resource"] == "pods"][creates_before:]
+    assert made == [], made
+    assert await pipeline.pods(name) == []
+    await pipeline.client.patch(rt, pipeline.namespace, name, {"metadata": {"finalizers": None}})
