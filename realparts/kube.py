@@ -68,6 +68,9 @@ BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd
 
 SERVICE_CIDR = "10.96.0.0/16"
 
+ETCD_BIND_ATTEMPTS = 3
+"""Starts of a new etcd, each on ports chosen anew, when the last one's port was taken first."""
+
 ADMIN = "kto-admin"
 """The user of ``kubeconfig`` (what kubectl, tests and kto's services use)."""
 
@@ -305,20 +308,8 @@ class ControlPlane(lifecycle.Started):
                 )
         logs = self.state_dir / "logs"
         pki = self.state_dir / "pki"
-        etcd_url = f"http://127.0.0.1:{self._ports['etcd']}"
-        peer_url = f"http://127.0.0.1:{self._ports['etcd-peer']}"
         deadline = time.monotonic() + START_TIMEOUT
-
-        etcd = self._process("etcd", [
-            str(binaries / "etcd"), "--name", "kto", "--data-dir", str(self.state_dir / "etcd"),
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"kto={peer_url}", "--log-level", "warn",
-            # A test cluster on one disk: losing the last writes on a machine crash is fine.
-            "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3),
-        ], logs)
-        etcd.start()
-        await self._wait(etcd, deadline, lambda: _http_ok(f"{etcd_url}/health"))
+        etcd_url = await self._start_etcd(binaries, logs, deadline)
 
         apiserver = self._process("kube-apiserver", [
             str(binaries / "kube-apiserver"),
@@ -382,6 +373,35 @@ class ControlPlane(lifecycle.Started):
         # Pods are admitted only once the namespace's default ServiceAccount exists (its controller makes it).
         await self._wait(controller_manager, deadline, lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"))
         scheduler.check()
+
+    async def _start_etcd(self, binaries: pathlib.Path, logs: pathlib.Path, deadline: float) -> str:
+        """etcd, ready; its client URL. A port chosen free can be taken before etcd binds it (another
+        test worker's cluster starting at the same moment): a first start whose bind failed is made
+        again on other ports (a restart keeps its ports: the data dir names them)."""
+        first = not (self.state_dir / "etcd").exists()
+        for attempt in range(ETCD_BIND_ATTEMPTS):
+            etcd_url = f"http://127.0.0.1:{self._ports['etcd']}"
+            peer_url = f"http://127.0.0.1:{self._ports['etcd-peer']}"
+            etcd = self._process("etcd", [
+                str(binaries / "etcd"), "--name", "kto", "--data-dir", str(self.state_dir / "etcd"),
+                "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+                "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", f"kto={peer_url}", "--log-level", "warn",
+                # A test cluster on one disk: losing the last writes on a machine crash is fine.
+                "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3),
+            ], logs)
+            etcd.start()
+            try:
+                await self._wait(etcd, deadline, lambda: _http_ok(f"{etcd_url}/health"))
+                return etcd_url
+            except caching.PartError as exc:
+                if not first or attempt == ETCD_BIND_ATTEMPTS - 1 or "address already in use" not in str(exc):
+                    raise
+            await etcd.stop()
+            shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+            self._ports.update({"etcd": ports.free(), "etcd-peer": ports.free()})
+            (self.state_dir / "ports.json").write_text(json.dumps(self._ports))
+        raise AssertionError("unreachable")
 
     def _process(self, name: str, argv: list[str], logs: pathlib.Path) -> Process:
         process = Process(name, argv, logs / f"{name}.log")
