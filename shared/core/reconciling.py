@@ -344,7 +344,8 @@ def decide(
             if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
                 decision.deletes.append(ChildRef.of(pod, "restart"))
                 restarting.append(_pod_id(pod))
-    fresh = [pod for pod in restarting if pod not in counted_pods(job)]
+    counted = counted_pods(job)
+    fresh = [pod for pod in restarting if pod not in counted]
     if fresh and job.run_policy.backoff_limit is not None:
         decision.restarts = operator_restarts(job) + len(fresh)
         decision.counted = tuple(sorted(restarting))
