@@ -6,8 +6,11 @@ Out: the AdmissionReview answer (HTTP 200, as controller-runtime answers,
 denial or not). What is not an AdmissionReview at all — not JSON, nested
 past what Python can parse, another kind of object, no request uid — is
 answered 400 with a review whose status says what is wrong; a body over
-``max_request_bytes`` 413. ``GET /healthz`` answers while the process runs,
-``GET /readyz`` once it listens with its certificate loaded.
+``max_request_bytes`` (3 MiB) 413, refused from its ``Content-Length`` before it
+is read. Each review is read and decided in a worker thread, within
+``review_deadline`` seconds (else an error review, before the API server's own
+timeout), so the event loop stays free: ``GET /healthz`` answers at once while
+the process runs, ``GET /readyz`` once it listens with its certificate loaded.
 
 The TLS certificate is re-read when its files change (looked at every
 ``reload_interval`` seconds): new handshakes get the new one.
@@ -16,6 +19,7 @@ The TLS certificate is re-read when its files change (looked at every
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import ssl
@@ -38,36 +42,78 @@ def _bad_request(message: str, uid: str = "") -> web.Response:
     return web.json_response(answer.review(), status=400)
 
 
+def _too_large(limit: int, size: int | None) -> web.Response:
+    said = f" ({size} bytes)" if size is not None else ""
+    answer = admitting.denied("", f"the AdmissionReview{said} is larger than kto's webhook accepts "
+                                  f"({limit} bytes)", 413, "RequestEntityTooLarge")
+    return web.json_response(answer.review(), status=413)
+
+
 def _uid_of(body: Any) -> str:
     request = body.get("request") if isinstance(body, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
     return uid if isinstance(uid, str) else ""
 
 
-def handler(hook: admitting.Hook) -> Handler:
+@dataclasses.dataclass
+class _Review:
+    """One review decided in a thread: its request's uid as soon as it is known (for an answer
+    past the deadline), then the HTTP status and the AdmissionReview to send."""
+
+    hook: admitting.Hook
+    raw: bytes
+    uid: str = ""
+
+    def decide(self) -> tuple[int, dict[str, Any]]:
+        """Runs in a worker thread: reading 3 MiB of JSON and judging it is CPU work the event loop
+        (and so ``/healthz``) must not wait for."""
+        try:
+            body = json.loads(self.raw)
+        except RecursionError:
+            return 400, admitting.denied("", "the body is nested too deep to be read as JSON", 400,
+                                         "BadRequest").review()
+        except ValueError as exc:
+            return 400, admitting.denied("", f"the body is not JSON: {exc}", 400, "BadRequest").review()
+        self.uid = _uid_of(body)
+        try:
+            answer = admitting.review(self.hook, body)
+        except admitting.BadReview as exc:
+            return 400, admitting.denied(self.uid, str(exc), 400, "BadRequest").review()
+        except Exception as exc:  # a bug must cost one request, never the process
+            log.exception("%s failed on a request", self.hook.name)
+            answer = admitting.denied(self.uid, f"kto's webhook {self.hook.name} failed: {type(exc).__name__}: {exc}",
+                                      500, "InternalError")
+        if not answer.allowed:
+            log.debug("%s denied %s: %s", self.hook.name, answer.uid, answer.message)
+        return 200, answer.review()
+
+
+def handler(hook: admitting.Hook, settings: WebhookSettings) -> Handler:
     """The request handler of one webhook."""
+    limit = settings.max_request_bytes
 
     async def admit(request: web.Request) -> web.StreamResponse:
         if request.content_type != "application/json":
             return _bad_request(f"contentType={request.content_type}, expected application/json")
-        raw = await request.read()  # over client_max_size: aiohttp answers 413
+        if request.content_length is not None and request.content_length > limit:
+            return _too_large(limit, request.content_length)  # refused before a byte of it is read
         try:
-            body = json.loads(raw)
-        except RecursionError:
-            return _bad_request("the body is nested too deep to be read as JSON")
-        except ValueError as exc:
-            return _bad_request(f"the body is not JSON: {exc}")
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past the limit
+            return _too_large(limit, None)
+        review = _Review(hook, raw)
+        deciding = asyncio.ensure_future(asyncio.to_thread(review.decide))
         try:
-            answer = admitting.review(hook, body)
-        except admitting.BadReview as exc:
-            return _bad_request(str(exc))
-        except Exception as exc:  # a bug must cost one request, never the process
-            log.exception("%s failed on a request", hook.name)
-            answer = admitting.denied(_uid_of(body), f"kto's webhook {hook.name} failed: {type(exc).__name__}: {exc}",
-                                      500, "InternalError")
-        if not answer.allowed:
-            log.debug("%s denied %s: %s", hook.name, answer.uid, answer.message)
-        return web.json_response(answer.review())
+            status, answer = await asyncio.wait_for(asyncio.shield(deciding), settings.review_deadline)
+        except TimeoutError:
+            # The thread cannot be stopped; its late answer is dropped. The API server gets an error
+            # it can show (failurePolicy Fail) rather than waiting out its own timeout.
+            log.warning("%s did not decide %s within %gs", hook.name, review.uid or "a request",
+                        settings.review_deadline)
+            return web.json_response(admitting.denied(
+                review.uid, f"kto's webhook {hook.name} did not decide within {settings.review_deadline:g}s",
+                500, "Timeout").review())
+        return web.json_response(answer, status=status)
 
     return admit
 
@@ -85,7 +131,7 @@ class Server(lifecycle.Started):
         self._reloading: asyncio.Task[None] | None = None
         self.app = web.Application(client_max_size=settings.max_request_bytes)
         for hook in admitting.HOOKS:
-            self.app.router.add_post(hook.path, handler(hook))
+            self.app.router.add_post(hook.path, handler(hook, settings))
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
 

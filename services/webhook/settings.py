@@ -27,9 +27,15 @@ class WebhookSettings:
     """Bind with SO_REUSEPORT, so that several webhook processes on one host share the port
     (the kernel spreads connections among them)."""
 
-    max_request_bytes: int = 16 * 1024 * 1024
-    """Largest AdmissionReview accepted (object and old object together); larger ones are
-    answered 413. kube-apiserver accepts objects of up to 3 MiB."""
+    max_request_bytes: int = 3 * 1024 * 1024
+    """Largest AdmissionReview body accepted, in bytes (kube-apiserver's own cap on a request
+    body is 3 MiB); a larger one is answered 413 — from its ``Content-Length`` before any of it
+    is read, else as soon as that many bytes came."""
+
+    review_deadline: float = 8.0
+    """Seconds one review may take (waiting for a thread, reading the JSON, deciding) before it is
+    answered with an error: less than the ``timeoutSeconds`` the configurations register (10), so
+    the API server gets kto's answer rather than its own timeout."""
 
     reload_interval: float = 10.0
     """Seconds between two looks at the certificate files: a renewed certificate (cert-manager,

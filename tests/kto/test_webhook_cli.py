@@ -116,12 +116,97 @@ async def test_the_webhook_serves_health_and_answers_bad_input_with_a_4xx_and_ke
         assert got_code == code, (message, got)
         allowed, _, said = _status(got)
         assert not allowed and said.startswith(message), (message, said)
-    too_big, said = await _post(path, ca, b" " * (17 * 1024 * 1024))
-    assert too_big == 413 and "Maximum request body size" in str(said)
+    too_big, said = await _post(path, ca, b" " * (4 * 1024 * 1024))
+    assert too_big == 413 and _status(said) == (
+        False, 413, f"the AdmissionReview ({4 * 1024 * 1024} bytes) is larger than kto's webhook accepts "
+                    f"({3 * 1024 * 1024} bytes)")
     assert process.poll() is None
     assert await _get(f"{url}/readyz", ca) == (200, "ok")
     process.send_signal(signal.SIGTERM)
     assert process.wait(10) == 0
+
+
+POST = """
+import ssl, sys, urllib.request
+request = urllib.request.Request(sys.argv[1], data=open(sys.argv[3], "rb").read(),
+                                 headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=sys.argv[2])) as response:
+    sys.stdout.buffer.write(response.read())
+"""
+"""Posts an AdmissionReview from a file: (URL, CA file, review file)."""
+
+
+def big_review(size: int) -> bytes:
+    """An AdmissionReview of a PyTorchJob, ``size`` bytes long: environment variables fill it."""
+    env = [{"name": f"V{i}", "value": "v" * 80} for i in range(size // 120)]
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "big", "namespace": "ns"},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {
+               "containers": [{"name": "pytorch", "image": "x", "env": env}]}}}}}}
+    job["metadata"]["labels"] = {"pad": ""}
+    body = _review(job)
+    return body.replace(b'"pad": ""', b'"pad": "' + b"p" * (size - len(body)) + b'"')
+
+
+async def test_healthz_answers_within_100_ms_while_a_3_mib_review_is_decided_and_4_mib_is_refused(
+    webhook_process: tuple[str, pathlib.Path, subprocess.Popen[str]], tmp_path: pathlib.Path,
+) -> None:
+    url, ca, process = webhook_process
+    path = f"{url}/validate-kubeflow-org-v1-pytorchjob"
+    body = big_review(3 * 1024 * 1024)
+    assert len(body) == 3 * 1024 * 1024
+    context = ssl.create_default_context(cafile=str(ca))
+    headers = {"Content-Type": "application/json"}
+    review_file = tmp_path / "review.json"
+    review_file.write_bytes(body)
+    async with aiohttp.ClientSession() as probes:
+
+        async def healthz() -> float:
+            started = time.perf_counter()
+            async with probes.get(f"{url}/healthz", ssl=context) as response:
+                assert (response.status, await response.text()) == (200, "ok")
+            return time.perf_counter() - started
+
+        async def review() -> dict[str, Any]:
+            """Posted by another process, so this one's event loop does nothing but probe."""
+            poster = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", POST, path, str(ca), str(review_file), stdout=asyncio.subprocess.PIPE)
+            out, _ = await poster.communicate()
+            assert poster.returncode == 0
+            answer: dict[str, Any] = json.loads(out)
+            return answer
+
+        await healthz()  # the TLS handshake, once
+        for _ in range(3):
+            deciding = [asyncio.create_task(review()) for _ in range(2)]
+            took = []
+            while not all(task.done() for task in deciding):
+                took.append(await healthz())
+                await asyncio.sleep(0.005)
+            for task in deciding:
+                answer = task.result()
+                assert answer["response"]["uid"] == "u-1", answer
+            assert took and max(took) < 0.1, f"/healthz took {max(took) * 1000:.0f} ms while deciding"
+
+    async with aiohttp.ClientSession() as reviews:
+        # 4 MiB is refused from its Content-Length, before the body is read: 413 with a review saying so.
+        async with reviews.post(path, data=big_review(4 * 1024 * 1024), headers=headers, ssl=context) as response:
+            assert response.status == 413
+            assert _status(await response.json()) == (
+                False, 413, f"the AdmissionReview ({4 * 1024 * 1024} bytes) is larger than kto's webhook accepts "
+                            f"({3 * 1024 * 1024} bytes)")
+    assert process.poll() is None
+
+
+async def test_a_review_past_its_deadline_is_answered_with_an_error_before_the_api_servers_timeout(
+        tmp_path: pathlib.Path) -> None:
+    made = certifying.ensure(tmp_path)
+    settings = WebhookSettings(made.cert, made.key, host="127.0.0.1", port=0, review_deadline=0.001)
+    async with serving.Server(settings) as server:
+        code, answer = await _post(f"{server.url}/validate-kubeflow-org-v1-pytorchjob", made.ca,
+                                   big_review(2 * 1024 * 1024))
+        assert code == 200 and answer["response"]["uid"] in ("u-1", "")
+        assert _status(answer) == (False, 500, "kto's webhook validator.pytorchjob.training-operator.kubeflow.org did "
+                                               "not decide within 0.001s")
 
 
 async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: pathlib.Path) -> None:
