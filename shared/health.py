@@ -4,7 +4,10 @@ In: the readiness checks a service registers as it starts (a name and a coroutin
 function that returns None when all is well, else the reason), and probes asking.
 Out: :class:`Health`, whose aiohttp handlers answer as kube-apiserver answers its own
 probes: ``200`` and ``ok``, or ``503`` with one line per check, ``[+]name ok`` or
-``[-]name failed: reason`` (``?verbose`` lists the checks on success too).
+``[-]name failed: reason withheld`` (``?verbose`` lists the checks on success too).
+The reason itself (which may name brokers, clusters, namespaces) goes to the log,
+once each time a check's answer changes: a probe's body is for whoever can reach
+the port, the log for the operator.
 
 * **Liveness** (``/healthz``) is the event loop answering: the handler runs on the
   loop the service runs on, so a loop that is blocked or gone fails the probe by its
@@ -27,11 +30,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 from opentelemetry import trace
+
+log = logging.getLogger("kto.health")
 
 Check = Callable[[], Awaitable[str | None]]
 """A readiness check: None when it passes, else why not (one line)."""
@@ -49,6 +55,8 @@ class _Entry:
     outcome: str | None = "not checked yet"
     checked_at: float | None = None
     running: asyncio.Task[str | None] | None = None
+    logged: str | None = None
+    """The last answer logged (None: passing), so a failure is logged when it starts or changes."""
 
 
 @contextlib.contextmanager
@@ -120,6 +128,13 @@ class Health:
             if entry.running is running and running.done():
                 entry.running = None
         entry.outcome, entry.checked_at = outcome, asyncio.get_running_loop().time()
+        if outcome != entry.logged:
+            if outcome is None:
+                log.info("readiness check %s passes again", entry.name)
+            else:
+                log.warning("readiness check %s failed%s: %s", entry.name,
+                            "" if entry.required else " (not required)", outcome)
+            entry.logged = outcome
         return outcome
 
     async def outcome(self, name: str) -> str | None:
@@ -128,7 +143,8 @@ class Health:
         return "no such check" if entry is None else await self._outcome(entry)
 
     async def ready(self) -> tuple[bool, list[str]]:
-        """Whether every required check passes, and one line per check."""
+        """Whether every required check passes, and one line per check (a failed one's reason
+        withheld, as kube-apiserver's probes withhold it: it is in the log)."""
         entries = list(self._entries.values())
         outcomes = await asyncio.gather(*(self._outcome(e) for e in entries))
         lines = []
@@ -139,7 +155,7 @@ class Health:
                 continue
             ready = ready and not entry.required
             note = "" if entry.required else " (not required)"
-            lines.append(f"[-]{entry.name} failed: {outcome}{note}")
+            lines.append(f"[-]{entry.name} failed: reason withheld{note}")
         return ready, lines
 
     # -- HTTP ----------------------------------------------------------------------

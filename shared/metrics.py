@@ -9,7 +9,10 @@ each consumer's lag per partition.
 Out: one :class:`ServiceMetrics` per service, with a ``CollectorRegistry`` of
 its own (tests run several services in one process, so nothing is registered
 globally), served by :func:`serving` as ``GET /metrics`` on the event loop, beside
-the probes of :mod:`shared.health` (``/healthz``, ``/readyz``).
+the probes of :mod:`shared.health` (``/healthz``, ``/readyz``), on the address
+:func:`bind_address` reads from the environment: ``$KTO_METRICS_ADDRESS``, else
+every address inside a pod (``$KUBERNETES_SERVICE_HOST`` set: the kubelet and
+Prometheus come from outside) and loopback elsewhere.
 
 Names are those operators already chart: training-operator's job counters
 (labels ``job_namespace``, ``framework``), controller-runtime's reconcile
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import re
@@ -86,7 +90,29 @@ Settle = Callable[[str, Any, bool], Awaitable[float | None]]
 
 
 class MetricsPortError(Exception):
-    """The metrics port cannot be listened on (in use, or not allowed). Not retriable."""
+    """The metrics port cannot be listened on (in use, or not allowed), or the address asked for is
+    not one. Not retriable."""
+
+
+ADDRESS_ENV = "KTO_METRICS_ADDRESS"
+"""The address ``/metrics`` and the probes are served on; ``*`` (or ``0.0.0.0``, ``::``) for every address."""
+
+def bind_address(environ: Mapping[str, str]) -> str | None:
+    """Where ``/metrics`` and the probes listen (None: every address, IPv4 and IPv6):
+    ``$KTO_METRICS_ADDRESS`` when set; else every address inside a pod (``$KUBERNETES_SERVICE_HOST`` is set there, and the
+    kubelet's probes and Prometheus come from outside it) and ``127.0.0.1`` elsewhere, so a service
+    started on a laptop does not show its metrics to the network. :class:`MetricsPortError` for a
+    value that is not an IP address."""
+    given = environ.get(ADDRESS_ENV, "").strip()
+    if not given:
+        return None if environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+    if given == "*":
+        return None
+    try:
+        ipaddress.ip_address(given)
+    except ValueError:
+        raise MetricsPortError(f"{ADDRESS_ENV} {given!r}: not an IP address (or * for every address)") from None
+    return given
 
 
 class LagSource(Protocol):
@@ -298,7 +324,7 @@ class ServiceMetrics:
 async def serving(
     service_metrics: ServiceMetrics, port: int, checks: health.Health | None = None, health_port: int = 0,
 ) -> AsyncIterator[None]:
-    """Serve ``GET /metrics`` on every address at ``port`` while inside; port 0 serves
+    """Serve ``GET /metrics`` at ``port`` while inside, on :func:`bind_address`; port 0 serves
     nothing. With ``checks``, ``/healthz`` and ``/readyz`` (:mod:`shared.health`) are
     served beside ``/metrics`` and, when ``health_port`` is set, on that port too (also
     when metrics are off). :class:`MetricsPortError` when a port cannot be listened on."""
@@ -311,6 +337,8 @@ async def serving(
     if not routes:
         yield
         return
+    address = bind_address(os.environ)
+    shown = "*" if address is None else f"[{address}]" if ":" in address else address
     runners: list[web.AppRunner] = []
     try:
         for served, served_routes in routes.items():
@@ -320,12 +348,12 @@ async def serving(
             runners.append(runner)
             await runner.setup()
             try:
-                await web.TCPSite(runner, port=served, reuse_address=True).start()
+                await web.TCPSite(runner, host=address, port=served, reuse_address=True).start()
             except OSError as exc:
                 reason = os.strerror(exc.errno) if exc.errno else str(exc)
                 flag = "--metrics-port" if served == port else "--health-port"
-                raise MetricsPortError(f"{flag} {served}: cannot listen: {reason}") from None
-            log.info("serving %s on :%d", ", ".join(sorted({r.path for r in served_routes})), served)
+                raise MetricsPortError(f"{flag} {served}: cannot listen on {shown}: {reason}") from None
+            log.info("serving %s on %s:%d", ", ".join(sorted({r.path for r in served_routes})), shown, served)
         yield
     finally:
         for runner in runners:

@@ -53,6 +53,13 @@ class Service:
             async with session.get(f"http://127.0.0.1:{port or self.port}{path}") as response:
                 return response.status, await response.text()
 
+    async def logged(self, line: str, timeout: float = 40.0) -> None:
+        """Wait until the service's log has a line ending with ``line``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not any(said.endswith(line) for said in self.log.read_text(errors="replace").splitlines()):
+            assert asyncio.get_running_loop().time() < deadline, f"never logged {line!r}:\n{self.tail()}"
+            await asyncio.sleep(0.2)
+
     async def until(self, path: str, status: int, timeout: float = 40.0) -> str:
         """The body of ``path`` once it answers ``status``; fails with the last answer and the log."""
         deadline = asyncio.get_running_loop().time() + timeout
@@ -70,9 +77,11 @@ class Service:
 
 @contextlib.asynccontextmanager
 async def service(argv: Sequence[str], kafka: bus_settings.KafkaSettings, log: pathlib.Path,
-                  port: int) -> AsyncIterator[Service]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KTO_KAFKA_", "KTO_METRICS", "KTO_HEALTH"))}
-    env.update(kafka.to_env(), PYTHONPATH=str(ROOT))
+                  port: int, **extra_env: str) -> AsyncIterator[Service]:
+    """The service outside a pod (no ``KUBERNETES_SERVICE_HOST``) unless ``extra_env`` says otherwise."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KTO_KAFKA_", "KTO_METRICS", "KTO_HEALTH", "KUBERNETES_SERVICE_"))}
+    env.update(kafka.to_env(), PYTHONPATH=str(ROOT), **extra_env)
     with log.open("wb") as output:
         process = subprocess.Popen([sys.executable, "-m", "kto", *argv], stdin=subprocess.DEVNULL, stdout=output,
                                    stderr=subprocess.STDOUT, cwd=str(ROOT), env=env)
@@ -136,11 +145,12 @@ async def test_a_worker_whose_cluster_goes_away_is_unready_but_live(
             await worker.until("/readyz", 200)
             await sim.stop()
             body = await worker.until("/readyz", 503)
-            assert f"[-]cluster {CONTEXT} failed: " in body and "(not required)" in body
-            assert "[-]clusters failed: none of 1 cluster(s) answers" in body
+            assert f"[-]cluster {CONTEXT} failed: reason withheld (not required)" in body
+            assert "[-]clusters failed: reason withheld" in body
             assert "[+]broker ok" in body and "[+]consumer ok" in body
             assert body.endswith("readyz check failed\n")
             assert await worker.get("/healthz") == (200, "ok"), "liveness does not follow the cluster"
+            await worker.logged("readiness check clusters failed: none of 1 cluster(s) answers")
 
 
 async def test_a_worker_without_a_broker_is_live_and_says_why_it_is_not_ready(
@@ -153,9 +163,11 @@ async def test_a_worker_without_a_broker_is_live_and_says_why_it_is_not_ready(
     async with service(argv, kafka, tmp_path / "worker.log", health) as worker:
         assert await worker.until("/healthz", 200) == "ok"
         body = await worker.until("/readyz", 503)
-        assert f"[-]broker failed: not connected to 127.0.0.1:{nobody} yet" in body
-        assert "[-]consumer failed: the consumer has not started yet" in body
+        assert "[-]broker failed: reason withheld" in body and str(nobody) not in body, "no broker address"
+        assert "[-]consumer failed: reason withheld" in body
         assert f"[+]cluster {CONTEXT} ok" in body and "[+]clusters ok" in body
+        await worker.logged(f"readiness check broker failed: not connected to 127.0.0.1:{nobody} yet")
+        await worker.logged("readiness check consumer failed: the consumer has not started yet")
 
 
 async def test_the_watcher_and_its_standby_are_ready_once_the_lease_is_read_and_the_leader_has_listed(
@@ -170,12 +182,9 @@ async def test_the_watcher_and_its_standby_are_ready_once_the_lease_is_read_and_
         # kinds and the PodGroups are optional: not served is fine) and says which it cannot list.
         missing = ", ".join(f"{plural}.kubeflow.org" for plural in sorted(
             resources.JOB_TYPES[kind].plural for kind in jobs.KINDS))
-        deadline = asyncio.get_running_loop().time() + 40
         body = await leader.until("/readyz", 503)
-        while f"[-]lease failed: leading; not listed yet: {missing}\n" not in body:
-            assert asyncio.get_running_loop().time() < deadline, body
-            await asyncio.sleep(0.5)
-            body = await leader.until("/readyz", 503)
+        assert "[-]lease failed: reason withheld\n" in body and "kubeflow.org" not in body, body
+        await leader.logged(f"readiness check lease failed: leading; not listed yet: {missing}")
         async with await clients.KubeClient.connect(cluster, context=CONTEXT) as client:
             await pipeline.apply_crds(client)
         async with service([*argv, "--health-port", str(ports[1])], kafka, tmp_path / "standby.log",
@@ -212,7 +221,53 @@ def test_a_health_port_in_use_is_one_line(tmp_path: pathlib.Path) -> None:
         port = taken.getsockname()[1]
         done = subprocess.run([sys.executable, "-m", "kto", "status-service", "--kubeconfig", str(kubeconfig),
                                "--health-port", str(port)],
-                              env={**os.environ, "PYTHONPATH": str(ROOT), "KTO_KAFKA_BOOTSTRAP": "127.0.0.1:9"},
+                              env={**{k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")},
+                                   "PYTHONPATH": str(ROOT), "KTO_KAFKA_BOOTSTRAP": "127.0.0.1:9"},
                               capture_output=True, text=True, cwd=str(ROOT), timeout=60)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().endswith(f"--health-port {port}: cannot listen: Address already in use"), done.stderr
+    assert done.stderr.strip().endswith(f"--health-port {port}: cannot listen on 127.0.0.1: Address already in use"), done.stderr
+
+
+async def connects(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+@pytest.mark.parametrize(("env", "log_says", "on_127_0_0_2"), [
+    pytest.param({}, "on 127.0.0.1:", False, id="loopback-outside-a-pod"),
+    pytest.param({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "on *:", True, id="every-address-inside-a-pod"),
+    pytest.param({"KTO_METRICS_ADDRESS": "127.0.0.2"}, "on 127.0.0.2:", True, id="the-address-asked-for"),
+])
+async def test_metrics_and_probes_listen_on_loopback_outside_a_pod_and_every_address_inside_one(
+    env: dict[str, str], log_says: str, on_127_0_0_2: bool, broker: bus_settings.KafkaSettings,
+    cluster: pathlib.Path, tmp_path: pathlib.Path,
+) -> None:
+    kafka = await topics_of_this_test(broker)
+    health, metrics = free_port(), free_port()
+    argv = ["status-service", "--kubeconfig", str(cluster), "--health-port", str(health), "--metrics-port",
+            str(metrics), "--group", f"probe-{kafka.jobs_topic}"]
+    async with service(argv, kafka, tmp_path / "worker.log", health, **env) as worker:
+        await worker.logged(f"serving /healthz, /readyz {log_says}{health}")
+        await worker.logged(f"serving /healthz, /metrics, /readyz {log_says}{metrics}")
+        for port in (health, metrics):
+            assert await connects("127.0.0.2", port) is on_127_0_0_2, port
+        if "KTO_METRICS_ADDRESS" not in env:
+            assert await worker.get("/healthz") == (200, "ok")
+
+
+def test_a_bad_metrics_address_is_one_line(tmp_path: pathlib.Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTO_")}
+    done = subprocess.run([sys.executable, "-m", "kto", "reconciler", "--kubeconfig", str(kubeconfig),
+                           "--health-port", str(free_port())],
+                          env={**env, "KTO_METRICS_ADDRESS": "localhost", "PYTHONPATH": str(ROOT),
+                               "KTO_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+                          capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "KTO_METRICS_ADDRESS 'localhost': not an IP address (or * for every address)"), done.stderr
