@@ -488,6 +488,8 @@ class Reconciler:
                                              {"metadata": {"ownerReferences": [update.owner_reference]}})
                 view.observe_child(written, deleted=False)
         await self._create_all(client, key, view, decision.creates)
+        for manifest in decision.updates:
+            await self._update(client, key, view, manifest)
         for ref in decision.deletes:
             await self._delete(client, key, view, ref)
         for update in decision.scalers:

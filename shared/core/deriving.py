@@ -80,13 +80,13 @@ def mpi_v2_plan(decision: mpi_v2.Decision) -> dict[str, Any]:
 
 
 def elastic_acts(decision: et_decisions.Decision) -> bool:
-    return bool(decision.creates or decision.deletes or decision.scalers or decision.status is not None
-                or decision.steps)
+    return bool(decision.creates or decision.updates or decision.deletes or decision.scalers
+                or decision.status is not None or decision.steps)
 
 
 def elastic_plan(decision: et_decisions.Decision) -> dict[str, Any]:
     return {
-        "creates": _named(decision.creates), "deletes": _deleted(decision.deletes),
+        "creates": _named(decision.creates), "updates": _named(decision.updates), "deletes": _deleted(decision.deletes),
         "scalers": [f"{u.kind}/{u.name}" + (":owner" if u.owner_reference is not None else "")
                     + (f":{u.status.phase}" if u.status is not None else "") for u in decision.scalers],
         "status": decision.status.dump() if decision.status is not None else None,

@@ -330,10 +330,12 @@ def needed(service: str) -> set[Rule]:
     found |= _rules("cluster", resources.TRAININGJOBS, "update", subresource="status")
     for rt in resources.SCALER_TYPES.values():  # hydration lists them; ownerReferences patched; status PUT
         found |= _rules("cluster", rt, "list", "patch") | _rules("cluster", rt, "update", subresource="status")
-    found |= _rules("cluster", resources.PODS, "create", subresource="exec")  # KubeClient.exec, TrainingJobs
+    # KubeClient.exec into a TrainingJob's launcher: a WebSocket GET, which the API server
+    # (1.35 and later) authorizes as get and create of pods/exec.
+    found |= _rules("cluster", resources.PODS, "create", "get", subresource="exec")
     found |= _rules("cluster", resources.EVENTS, "create", "patch")
     found |= _granted_by(mpi.desired_role(_sample_mpi_job()))
-    found |= _granted_by(elastic_planning.role(_sample_training_job()))
+    found |= _granted_by(elastic_planning.role(_sample_training_job(), ["w"]))
     return found
 
 

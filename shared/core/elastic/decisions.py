@@ -10,8 +10,10 @@ contract with the service layer:
    ends (at most two commands: a hostfile rewrite or script, then the
    ``ps`` probe of a scale-in).
 2. Otherwise apply, in this order: scaler ownerReferences (metadata
-   writes), ``creates`` (409 AlreadyExists = done), ``deletes`` (grace period
-   0; 404 = done), scaler statuses, then the job's ``status``; then record
+   writes), ``creates`` (409 AlreadyExists = done), ``updates`` (a PUT of the
+   object as observed, its resourceVersion kept: 409 = decide again; 404 =
+   done), ``deletes`` (grace period 0; 404 = done), scaler statuses, then the
+   job's ``status``; then record
    ``events`` and publish ``steps``. Children go before statuses so that a
    status never claims what is not done; anything that must be recorded
    before a child is touched (the workers a scale-in removes, those a
@@ -42,6 +44,7 @@ STEP_JOB_PHASE = "job-phase"
 STEP_CHILD_CREATED = "child-created"
 STEP_WAITING = "waiting"
 STEP_BELOW_MINIMUM = "workers-below-minimum"
+STEP_ROLE_FOLLOWS = "launcher-role-follows"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,9 @@ class ScalerUpdate:
 class Decision:
     execs: list[Exec] = dataclasses.field(default_factory=list)
     creates: list[Manifest] = dataclasses.field(default_factory=list)
+    updates: list[Manifest] = dataclasses.field(default_factory=list)
+    """Children whose content must follow the job: the launcher's Role, whose ``pods/exec``
+    rule names the job's workers (kto's own: upstream never updates a child)."""
     deletes: list[ChildRef] = dataclasses.field(default_factory=list)
     scalers: list[ScalerUpdate] = dataclasses.field(default_factory=list)
     status: elastic.TrainingJobStatus | None = None
@@ -124,4 +130,5 @@ class Decision:
 
     @property
     def empty(self) -> bool:
-        return not (self.execs or self.creates or self.deletes or self.scalers or self.status is not None)
+        return not (self.execs or self.creates or self.updates or self.deletes or self.scalers
+                    or self.status is not None)

@@ -77,6 +77,30 @@ class Pass:
     def launcher(self) -> Manifest | None:
         return self.child("Pod", naming.launcher_name(self.job))
 
+    def exec_targets(self) -> list[str]:
+        """The workers the launcher's Role must let it exec into, sorted by index: every
+        worker pod of the job not being deleted, with those this decision creates and
+        without those it deletes."""
+        deleted = {ref.name for ref in self.decision.deletes if ref.kind == "Pod"}
+        names = {name_of(pod) for pod in self.workers() if not core_passes.is_deleting(pod)}
+        names |= {name_of(m) for m in self.decision.creates
+                  if m.get("kind") == "Pod" and labels_of(m).get(naming.LABEL_ROLE) == naming.ROLE_WORKER}
+        return naming.sorted_workers(self.job.name, names - deleted)
+
+    def waits_for_role(self, hosts: Sequence[str]) -> bool:
+        """True, and the decision waits, while the launcher's Role as observed does not let
+        it exec into every one of ``hosts``: the launcher reaches a host as soon as its
+        hostfile or a scaler's script names it. No Role observed: nothing to wait for."""
+        observed = self.child("Role", naming.launcher_name(self.job))
+        allowed = planning.exec_allowed(observed) if observed is not None else None
+        refused = [] if allowed is None else [host for host in hosts if host not in allowed]
+        if not refused:
+            return False
+        self.decision.step(decisions.STEP_WAITING, naming.launcher_name(self.job),
+                           f"the launcher's Role does not name {', '.join(refused)} yet")
+        self.requeue()
+        return True
+
     # -- effects -------------------------------------------------------------
 
     def create(self, manifest: Manifest, step: str, detail: str) -> None:

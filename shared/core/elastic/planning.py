@@ -62,6 +62,10 @@ _INIT_COMMAND = (
 )
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """What a scaler's env name must be: it is ``export``-ed, unquoted, in the launcher's shell."""
+EXEC_VERBS = ("create", "get")
+"""``pods/exec`` verbs of the launcher Role: upstream's ``create`` (kubectl's SPDY exec is a
+POST) and ``get``, which the WebSocket exec of kubectl 1.31 and later is a GET of (since
+Kubernetes 1.35 the API server asks for both)."""
 _INIT_RESOURCES = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"}
 
 
@@ -262,18 +266,39 @@ def service_account(job: elastic.TrainingJob) -> Manifest:
             "metadata": _metadata(job, naming.launcher_name(job), naming.app_labels(job))}
 
 
-def role(job: elastic.TrainingJob) -> Manifest:
-    """B.6.6, rules as upstream writes them (``configmap``, singular, grants nothing)."""
+def role(job: elastic.TrainingJob, workers: Sequence[str]) -> Manifest:
+    """B.6.6, with one departure: ``pods/exec`` into the named ``workers`` only, and no
+    ``pods/exec`` rule when there are none (upstream's rule names no pod, so the launcher may
+    exec into every pod of the namespace). The reconciler keeps the names equal to the job's
+    worker pods as they change (``reconciling``). The other rules as upstream writes them
+    (``configmap``, singular, grants nothing)."""
+    rules: list[Manifest] = [{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}]
+    if workers:
+        rules.append({"verbs": list(EXEC_VERBS), "apiGroups": [""], "resources": ["pods/exec"],
+                      "resourceNames": naming.sorted_workers(job.name, list(workers))})
+    rules.append({"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"],
+                  "resourceNames": [naming.config_name(job)]})
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _metadata(job, naming.launcher_name(job), naming.app_labels(job)),
-        "rules": [
-            {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]},
-            {"verbs": ["create"], "apiGroups": [""], "resources": ["pods/exec"]},
-            {"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"], "resourceNames": [naming.config_name(job)]},
-        ],
+        "rules": rules,
     }
+
+
+def exec_allowed(role_manifest: Manifest) -> frozenset[str] | None:
+    """The pods an observed launcher Role lets the launcher exec into: None for every pod
+    (a rule without ``resourceNames``, as upstream writes it)."""
+    names: set[str] = set()
+    for rule in role_manifest.get("rules") or []:
+        if not isinstance(rule, dict) or "pods/exec" not in (rule.get("resources") or []):
+            continue
+        if "create" not in (rule.get("verbs") or []) or "" not in (rule.get("apiGroups") or []):
+            continue
+        if not rule.get("resourceNames"):
+            return None
+        names.update(str(name) for name in rule["resourceNames"])
+    return frozenset(names)
 
 
 def role_binding(job: elastic.TrainingJob) -> Manifest:
@@ -342,6 +367,6 @@ def plan(job: elastic.TrainingJob, settings: ElasticSettings, keys: KeyPair) -> 
         children.append(ssh_secret(job, keys))
     for name in workers:
         children += [worker_pod(job, name), worker_service(job, name)]
-    children += [service_account(job), role(job), role_binding(job), config_map(job, workers),
+    children += [service_account(job), role(job, workers), role_binding(job), config_map(job, workers),
                  launcher_pod(job, settings)]
     return children

@@ -28,7 +28,9 @@ before creating workers of the same names (upstream's QUIRK can stall); a
 create that fails is retried (the status is written only after it) instead
 of failing the job; a worker that drops out of Running while the job is
 Running is announced once, and falling below ``minReplicas`` is announced,
-not fatal.
+not fatal; the launcher Role's ``pods/exec`` rule names exactly the job's
+worker pods and follows them (``updates``), and a hostfile or script that
+names a worker waits until the Role does.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def decide(
             _dispatch(p)
         else:
             _invalid(p, report)
+        _follow_role(p)
     except NeedExec as need:
         return decisions.Decision(execs=[need.command])
     if statuses.differs(job.status, p.status):
@@ -218,7 +221,8 @@ def _wait_workers_running(p: Pass) -> None:
 
 def _create_launcher(p: Pass) -> None:
     job = p.job
-    for kind, build in (("ServiceAccount", planning.service_account), ("Role", planning.role),
+    for kind, build in (("ServiceAccount", planning.service_account),
+                        ("Role", lambda j: planning.role(j, p.exec_targets())),
                         ("RoleBinding", planning.role_binding)):
         if p.child(kind, naming.launcher_name(job)) is None:
             p.create(build(job), decisions.STEP_CHILD_CREATED, kind)
@@ -274,6 +278,23 @@ def _sync_launcher(p: Pass) -> None:
             p.event("Normal", statuses.REASON_RUNNING, message)
 
 
+def _follow_role(p: Pass) -> None:
+    """kto's own: the launcher Role's ``pods/exec`` rule names exactly the job's workers,
+    as they are once this decision is applied (a scale-out's new workers in the pass that
+    creates them, a removed worker gone from it in the pass that deletes it). A Role not
+    observed is left to ``_create_launcher``: upstream makes it once, with the launcher."""
+    current = p.child("Role", naming.launcher_name(p.job))
+    if current is None or core_passes.is_deleting(current):
+        return
+    targets = p.exec_targets()
+    wanted = planning.role(p.job, targets)["rules"]
+    if current.get("rules") == wanted:
+        return
+    p.decision.updates.append({**current, "rules": wanted})
+    p.decision.step(decisions.STEP_ROLE_FOLLOWS, naming.launcher_name(p.job),
+                    f"pods/exec into {', '.join(targets) or 'no pod (no worker)'}")
+
+
 def _phase(p: Pass, type_: str, reason: str, message: str) -> None:
     """Condition and phase ``type_``, recorded as a step when the phase changes."""
     if p.status.phase != type_:
@@ -316,6 +337,8 @@ def _sync_workers(p: Pass) -> None:
             p.event("Warning", statuses.REASON_WORKER_FAILED,
                     f"trainingjob({job.namespace}/{job.name}): worker {name_of(pod)} {what}.")
     if running != previous and statuses.has(status, statuses.RUNNING):
+        if p.waits_for_role(running):
+            return
         result = p.run("hostfile", planning.hostfile_script(running, planning.slots(job)))
         if result is not None and not result.ok:
             p.decision.step(decisions.STEP_WAITING, naming.launcher_name(job),

@@ -375,6 +375,8 @@ def _scale_out(p: Pass, scaler: elastic.ScaleOut, status: elastic.ScaleOutStatus
         return
     current = statuses.names(p.status.current_workers)
     hosts = current + [w for w in added if w not in current]
+    if not statuses.has(status, statuses.SCRIPT_EXECUTED) and p.waits_for_role(hosts):
+        return
     error = _run_script(p, scaler, status, hosts)
     if error is not None:
         _scale_out_failed(p, scaler, status, f"{scaler.full_name} execute script failed, error: {error}")

@@ -36,6 +36,11 @@ HOSTFILE_MODE = 0o444
 INTEL_BOOTSTRAP = "I_MPI_HYDRA_BOOTSTRAP"
 INTEL_BOOTSTRAP_EXEC = "I_MPI_HYDRA_BOOTSTRAP_EXEC"
 
+EXEC_VERBS = ("create", "get")
+"""``pods/exec`` verbs of the launcher Role: ``create`` as upstream (kubectl's SPDY exec is a
+POST), and ``get``, which the WebSocket exec of kubectl 1.31 and later is a GET of (since
+Kubernetes 1.35 the API server asks for both)."""
+
 RESTART_POLICY_REASON = "SettedPodTemplateRestartPolicy"
 SCHEDULER_NAME_REASON = "SettedPodTemplateSchedulerName"
 
@@ -150,19 +155,18 @@ def desired_config_map(job: jobs.Job, observed: Sequence[Mapping[str, Any]] = ()
 
 
 def desired_role(job: jobs.Job) -> base.Manifest:
-    """Role ``<job>-launcher``: read pods; ``pods/exec`` only into this job's workers."""
-    exec_rule: base.Manifest = {"verbs": ["create"], "apiGroups": [""], "resources": ["pods/exec"]}
+    """Role ``<job>-launcher``: read pods; ``pods/exec`` only into this job's workers, each
+    named. With no workers there is no ``pods/exec`` rule at all: upstream leaves
+    ``resourceNames`` empty then, which grants exec into every pod of the namespace."""
+    rules: list[base.Manifest] = [{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}]
     workers = [naming.mpi_worker_name(job, i) for i in range(worker_replicas(job))]
     if workers:
-        exec_rule["resourceNames"] = workers
+        rules.append({"verbs": list(EXEC_VERBS), "apiGroups": [""], "resources": ["pods/exec"], "resourceNames": workers})
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _metadata(job, naming.mpi_launcher_name(job)),
-        "rules": [
-            {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]},
-            exec_rule,
-        ],
+        "rules": rules,
     }
 
 

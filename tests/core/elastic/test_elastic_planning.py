@@ -126,10 +126,33 @@ def test_a_kubexec_launcher_uses_the_kubexec_script_as_its_rsh_agent() -> None:
     assert pod["spec"]["containers"][0]["env"] == [{"name": "OMPI_MCA_plm_rsh_agent", "value": "/etc/mpi/kubexec.sh"}]
 
 
-def test_the_launcher_role_is_upstreams() -> None:
-    role = planning.role(job())
-    assert role["rules"][2] == {"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"],
-                                "resourceNames": [f"{JOB}-config"]}
+READ_PODS = {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}
+READ_CONFIG = {"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"], "resourceNames": [f"{JOB}-config"]}
+
+
+@pytest.mark.parametrize(
+    ("workers", "rules"),
+    [
+        pytest.param([f"{JOB}-worker-10", f"{JOB}-worker-2"],
+                     [READ_PODS, {"verbs": ["create", "get"], "apiGroups": [""], "resources": ["pods/exec"],
+                                  "resourceNames": [f"{JOB}-worker-2", f"{JOB}-worker-10"]}, READ_CONFIG],
+                     id="exec-into-each-worker-named-in-index-order"),
+        # Upstream's exec rule names no pod: exec into every pod of the namespace.
+        pytest.param([], [READ_PODS, READ_CONFIG], id="no-worker-no-exec-rule"),
+    ],
+)
+def test_the_launcher_role_names_every_pod_it_may_exec_into(workers: list[str], rules: list[dict[str, Any]]) -> None:
+    role = planning.role(job(), workers)
+    assert role["rules"] == rules
+    assert planning.exec_allowed(role) == frozenset(workers)
+
+
+def test_an_exec_rule_without_names_as_upstream_writes_it_allows_every_pod() -> None:
+    upstream = {"rules": [READ_PODS, {"verbs": ["create"], "apiGroups": [""], "resources": ["pods/exec"]}]}
+    assert planning.exec_allowed(upstream) is None
+
+
+def test_the_launcher_role_binding_is_upstreams() -> None:
     binding = planning.role_binding(job())
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{JOB}-launcher", "namespace": "default"}]
 

@@ -48,6 +48,8 @@ def test_every_scale_step_is_in_the_decision_record(world: World) -> None:
         f"scaler-targets ScaleOut:default/out: adds {W[2]}",
         f"worker-added {W[2]}: added by ScaleOut:default/out",
         "waiting ScaleOut:default/out: 0 of 1 added workers Running",
+        # In the pass that creates the worker: the launcher may exec into it before it runs.
+        f"launcher-role-follows {LAUNCHER}: pods/exec into {', '.join(W[:3])}",
         "waiting ScaleOut:default/out: 0 of 1 added workers Running",
         f"hostfile-rewritten {LAUNCHER}: for ScaleOut:default/out: {', '.join(W[:3])}",
         "scaler-phase ScaleOut:default/out: ScaleSucceeded: ScaleOut:default/out has Succeeded",

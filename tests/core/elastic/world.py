@@ -157,7 +157,7 @@ class World:
                                           key_pair=lambda: KEYS, settings=self.settings, executed=executed)
             if not decision.execs:
                 break
-            assert not (decision.creates or decision.deletes or decision.scalers or decision.status)
+            assert not (decision.creates or decision.updates or decision.deletes or decision.scalers or decision.status)
             for command in decision.execs:
                 assert command not in [r.exec for r in executed], "an exec asked for twice"
                 executed.append(self._run(command))
@@ -186,6 +186,11 @@ class World:
                 created["status"] = {"phase": "Pending"}
             self.children[key] = created
             self.log.append(f"create {key[0]}/{key[1]}")
+        for manifest in decision.updates:
+            key = (manifest["kind"], manifest["metadata"]["name"])
+            if key in self.children:  # 404: gone meanwhile, done
+                self.children[key] = copy.deepcopy(manifest)
+                self.log.append(f"update {key[0]}/{key[1]}")
         for ref in decision.deletes:
             self.children.pop((ref.kind, ref.name), None)
             self.log.append(f"delete {ref.kind}/{ref.name}")

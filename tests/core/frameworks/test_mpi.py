@@ -148,11 +148,26 @@ def test_legacy_37_gpu_launcher_keeps_nvidia_vars() -> None:
     assert "NVIDIA_VISIBLE_DEVICES" not in [v["name"] for v in env]
 
 
-def test_role_restricts_exec_to_the_workers() -> None:
-    assert mpi.desired_role(make_job("pi"))["rules"] == [
-        {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]},
-        {"verbs": ["create"], "apiGroups": [""], "resources": ["pods/exec"], "resourceNames": ["pi-worker-0", "pi-worker-1"]},
-    ]
+READ_PODS = {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}
+
+
+@pytest.mark.parametrize("workers, rules", [
+    pytest.param(2, [READ_PODS, {"verbs": ["create", "get"], "apiGroups": [""], "resources": ["pods/exec"],
+                                 "resourceNames": ["pi-worker-0", "pi-worker-1"]}], id="two-workers-each-named"),
+    pytest.param(1, [READ_PODS, {"verbs": ["create", "get"], "apiGroups": [""], "resources": ["pods/exec"],
+                                 "resourceNames": ["pi-worker-0"]}], id="one-worker"),
+    # Upstream writes the exec rule with no resourceNames here: exec into every pod of the namespace.
+    pytest.param(0, [READ_PODS], id="no-workers-no-exec-rule"),
+])
+def test_role_grants_exec_only_into_the_workers_each_named(workers: int, rules: list[dict[str, Any]]) -> None:
+    assert mpi.desired_role(make_job("pi", workers=workers))["rules"] == rules
+
+
+def test_every_exec_rule_of_the_role_names_its_pods() -> None:
+    for workers in range(4):
+        for rule in mpi.desired_role(make_job("pi", workers=workers))["rules"]:
+            if "pods/exec" in rule["resources"]:
+                assert rule["resourceNames"], rule
 
 
 def test_template_service_account_is_used_and_not_planned() -> None:
