@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import applying, decoding, discovery, errors, execing, faults, openapi, patching, protobuf, resources, tables
+from sim import applying, decoding, discovery, errors, execing, faults, openapi, patching, protobuf, resources, reviewing
+from sim import tables
 from sim import store as sim_store
 from sim import admitting
 
@@ -121,6 +122,8 @@ class Server:
         self._stopping = asyncio.Event()
         self.admission = admitting.Admission(store)
         """The admission webhook plugins (sim/admitting.py)."""
+        self.reviews = reviewing.Reviews(store)
+        """Tokens issued, TokenReview and access reviews (sim/reviewing.py)."""
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -253,6 +256,8 @@ class Server:
         route.resource, route.namespace = key, namespace
         route.name = rest[1] if len(rest) > 1 else None
         route.subresource = rest[2] if len(rest) > 2 else None
+        if key in reviewing.REVIEWS and version == "v1":
+            return await self._review(request, route, key), None
         res = self.store.resource(key)
         if version not in res.versions:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
@@ -630,6 +635,24 @@ class Server:
         return _json({"kind": res.list_kind, "apiVersion": res.api_version(route.version),
                       "metadata": {"resourceVersion": self.store.resource_version}, "items": deleted})
 
+    async def _review(self, request: web.Request, route: Route, key: str) -> web.StreamResponse:
+        """A TokenReview or (self) SubjectAccessReview: create-only, answered, never stored."""
+        if request.method != "POST":
+            raise errors.method_not_allowed()
+        if route.namespace is not None or route.name is not None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+        route.verb = "create"
+        fault = await self._inject(route)
+        if fault is not None:
+            return _status_response(fault[1])
+        kind = reviewing.REVIEWS[key]
+        body = await self._body(request, kind)
+        if kind == "TokenReview":
+            return _json(self.reviews.token_review(body), 201)
+        if kind == "SubjectAccessReview":
+            return _json(self.reviews.subject_access_review(body), 201)
+        return _json(self.reviews.self_subject_access_review(body, request.headers.get("Authorization", "")), 201)
+
     # --- subresources -------------------------------------------------------------------------------
 
     async def _create_subresource(self, request: web.Request, route: Route,
@@ -637,6 +660,9 @@ class Server:
         assert route.name is not None
         if res.key == "pods" and route.subresource == "exec":
             return await execing.serve(request, self.store._get("pods", route.namespace, route.name), self.kubelet)
+        if res.key == "serviceaccounts" and route.subresource == "token":
+            body = await self._body(request, "TokenRequest")
+            return _json(self.reviews.token_request(route.namespace or "", route.name, body), 201)
         if res.key != "pods" or route.subresource not in ("eviction", "binding"):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         body = await self._body(request, str(route.subresource).capitalize())

@@ -2,11 +2,14 @@
 
 In: a kubeconfig (``--kubeconfig``, else the one ``kto up`` wrote in its state
 dir, else ``$KUBECONFIG`` or ``~/.kube/config``) whose contexts are the
-clusters; the broker from ``KTO_KAFKA_*`` or ``--bootstrap``; where to listen.
-Out: on stdout ``ready http://HOST:PORT/`` once it listens, then the pages
-(see :mod:`kto.console.serving`) until Ctrl-C or SIGTERM. Bad input (no or an
-unreadable kubeconfig, a bad port or one in use, a trace URL without
-``{trace_id}``) is one line and exit code 2.
+clusters; the broker from ``KTO_KAFKA_*`` or ``--bootstrap``; where to listen
+and the host names it answers to. Out: on stdout ``ready http://HOST:PORT/``
+once it listens, then the pages (see :mod:`kto.console.serving`) until Ctrl-C or
+SIGTERM. On a loopback address a request without a bearer token is the
+kubeconfig's user; on any other address every request needs one (docs/
+observability.md, "Console authentication"). Bad input (no or an unreadable
+kubeconfig, a bad port or one in use, a trace URL without ``{trace_id}``, an
+``--allowed-host`` that is not a host name) is one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ examples:
   kto console                                    # after `kto up`: .kto/kubeconfig, KTO_KAFKA_BOOTSTRAP
   kto console --bootstrap 127.0.0.1:55121 --port 8080
   kto console --kubeconfig ~/.kube/config --trace-url 'http://jaeger:16686/trace/{trace_id}'
-Then open http://127.0.0.1:8080/ (the ready line names the address).
+  kto console --host 0.0.0.0 --allowed-host console.example.com   # every request needs a bearer token
+Then open http://127.0.0.1:8080/ (the ready line names the address). On 127.0.0.1 (or ::1,
+localhost) a request without a token is the kubeconfig's own user; a bearer token
+(Authorization: Bearer TOKEN) is reviewed by each cluster's API server either way, and only
+the namespaces its user may list are shown.
 """
 
 
@@ -35,7 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto"),
                         help="the state dir of `kto up` whose kubeconfig is used without --kubeconfig (default .kto)")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap address (default: KTO_KAFKA_BOOTSTRAP)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1); on any but a loopback address every "
+                             "request needs a bearer token")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="a host name (or address) requests may name in their Host header besides localhost, "
+                             "loopback addresses and --host (repeatable); others are refused (421)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: any free one)")
     parser.add_argument("--trace-url", default="", metavar="TEMPLATE",
                         help="link to a trace, {trace_id} standing for its id, "
@@ -68,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kto import serving
     from kto.cli import UserError
+    from kto.console import authenticating
     from kto.console import serving as console_serving
     from kto.console.settings import ConsoleSettings
     from shared.bus.settings import KafkaSettings, SettingsError
@@ -83,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--trace-url {args.trace_url!r}: only {{trace_id}} may stand in braces ({exc!r})") from None
     if args.trace_url and "{trace_id}" not in args.trace_url:
         raise UserError(f"--trace-url {args.trace_url!r}: has no {{trace_id}}")
+    for name in args.allowed_host:
+        if authenticating.hostname(name) is None:
+            raise UserError(f"--allowed-host {name!r}: not a host name (no scheme, path or spaces)")
     kubeconfig = _kubeconfig(args)
     try:
         contexts = connecting.context_names(kubeconfig)
@@ -96,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         raise UserError(str(exc)) from None
     settings = ConsoleSettings(kubeconfig=kubeconfig.resolve(), contexts=tuple(contexts), kafka=kafka,
-                               host=args.host, port=args.port, trace_url=args.trace_url, refresh=args.refresh)
+                               host=args.host, port=args.port, trace_url=args.trace_url, refresh=args.refresh,
+                               allowed_hosts=tuple(args.allowed_host))
 
     async def console() -> None:
         # The Kafka client's complaints about a broker that went away are not the user's business:

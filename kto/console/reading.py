@@ -3,8 +3,9 @@
 In: a kubeconfig, every context of which is a cluster (named as in job keys),
 and the Kafka settings. Out: each cluster's jobs of every kind kto serves, or
 why the cluster did not answer (every call is bounded in time, so one cluster
-that hangs never holds the others up); one job; one job's audit-log entries,
-read to the end or followed as they are written.
+that hangs never holds the others up); one job; the answers to reviews (who a
+token is, what a user may list); one job's audit-log entries, read to the end
+or followed as they are written.
 """
 
 from __future__ import annotations
@@ -92,6 +93,18 @@ class Clusters:
         except clients.ApiError as exc:
             if exc.not_found:
                 return None
+            raise Unanswered(_why(exc, client.host)) from None
+
+    async def create(self, cluster: str, rt: resources.ResourceType, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` created as a cluster-scoped ``rt`` in ``cluster`` — a review, answered and not
+        stored — and the answer; Unanswered when the cluster cannot or will not answer."""
+        client = await self._client(cluster)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await client.create(rt, None, body)
+        except TimeoutError:
+            raise Unanswered(f"no answer in {self.timeout:g}s") from None
+        except clients.ApiError as exc:
             raise Unanswered(_why(exc, client.host)) from None
 
     async def close(self) -> None:

@@ -16,6 +16,14 @@ In: :class:`~kto.console.settings.ConsoleSettings`. Out: these routes —
   ``refresh`` seconds), so the pages update without a reload;
 * ``GET /static/…`` — the pages' CSS and JavaScript (package data; the pages'
   HTML is ``pages/``, each filled into ``pages/layout.html``).
+
+Every request is first checked (:mod:`kto.console.authenticating`): its
+``Host`` (400 missing or malformed, 421 a name the console does not serve),
+then who sends it (401 without a bearer token the clusters accept, unless the
+console listens on loopback: then it is the kubeconfig's user). The jobs shown,
+and the jobs and records a page may show (403 otherwise), are those of the kinds
+and namespaces that user may ``list``. Every response carries
+:data:`SECURITY_HEADERS`.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kto.console import reading, summaries
+from kto.console import authenticating, reading, summaries
 from kto.console.settings import ConsoleSettings
 from shared.bus import records
 from shared.bus import reading as bus_reading
@@ -52,6 +60,18 @@ KEEPALIVE = 10.0
 """Seconds of silence after which an event stream sends a comment (a closed page is noticed by then)."""
 
 _JOB = "/{cluster}/{namespace}/{kind}/{name}"
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+"""Sent with every response: only the console's own scripts and styles run, no site may frame it, a
+type is never guessed, and no page address (job names, namespaces) leaks to another site."""
+
+_VIEWER = "kto.console.viewer"
+"""The request's :class:`~kto.console.authenticating.Viewer`, set by :func:`_guard`."""
 
 
 class ListenError(Exception):
@@ -74,6 +94,22 @@ class _Console:
         self.settings = settings
         self.clusters = reading.Clusters(settings.kubeconfig, settings.contexts, settings.cluster_timeout)
         self.listing = reading.Listing(self.clusters, settings.refresh, settings.patience)
+        self.gate = authenticating.Gate(self.clusters, local_user=authenticating.is_loopback(settings.host),
+                                        access_ttl=settings.access_ttl)
+
+    async def allowed_key(self, request: web.Request) -> records.JobKey:
+        """:meth:`key`, and _Missing when the request's viewer may not list its kind in its namespace (403)
+        or its cluster cannot say (503)."""
+        key = self.key(request)
+        try:
+            allowed = await self.gate.may_list(_viewer(request), key.cluster, key.namespace, key.kind)
+        except reading.Unanswered as exc:
+            raise _Missing(503, f"cluster {key.cluster} cannot answer whether you may list {key.kind}s in "
+                                f"namespace {key.namespace} ({exc})") from None
+        if not allowed:
+            raise _Missing(403, f"you may not list {key.kind}s in namespace {key.namespace} of cluster "
+                                f"{key.cluster}")
+        return key
 
     def key(self, request: web.Request) -> records.JobKey:
         """The job key a path names; _Missing (404) for a cluster or kind the console does not know."""
@@ -165,8 +201,41 @@ async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitab
     return _error_page(status, message)
 
 
+def _refusal(request: web.Request, status: int, message: str) -> web.Response:
+    if request.path.startswith("/api/"):
+        return web.json_response({"error": message}, status=status)
+    return _error_page(status, message)
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    """The Host header checked, then who asks (:mod:`kto.console.authenticating`), before any handler."""
+    console = _console(request)
+    refused = authenticating.host_refusal(request.headers.get("Host"), console.settings.host,
+                                          console.settings.allowed_hosts)
+    if refused is not None:
+        return _refusal(request, *refused)
+    try:
+        request[_VIEWER] = await console.gate.viewer(request.headers.get("Authorization"))
+    except authenticating.Refused as exc:
+        response = _refusal(request, 401, str(exc))
+        response.headers["WWW-Authenticate"] = 'Bearer realm="kto console"'
+        return response
+    return await handler(request)
+
+
+async def _secure(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(SECURITY_HEADERS)
+
+
 def _console(request: web.Request) -> _Console:
     return request.app[_CONSOLE]
+
+
+def _viewer(request: web.Request) -> authenticating.Viewer:
+    viewer: authenticating.Viewer = request[_VIEWER]
+    return viewer
 
 
 async def _jobs_page(request: web.Request) -> web.StreamResponse:
@@ -175,15 +244,20 @@ async def _jobs_page(request: web.Request) -> web.StreamResponse:
 
 async def _job_page(request: web.Request) -> web.StreamResponse:
     console = _console(request)
-    key = console.key(request)
+    key = await console.allowed_key(request)
     await console.document(key)  # a missing job is a 404 page, not an empty one
     return _render("job", f"{key.kind} {key.namespace}/{key.name}")
 
 
 async def _listing(request: web.Request) -> dict[str, Any]:
     console = _console(request)
+    viewer = _viewer(request)
     jobs, errors = await console.listing.snapshot()
-    return summaries.listing(console.settings.contexts, jobs, errors, summaries.Filters.from_query(request.query))
+    for cluster in console.settings.contexts:
+        if not viewer.accepted_by(cluster):
+            errors = {**errors, cluster: "this cluster does not accept your token"}
+    shown = await console.gate.visible(viewer, jobs)
+    return summaries.listing(console.settings.contexts, shown, errors, summaries.Filters.from_query(request.query))
 
 
 async def _jobs_api(request: web.Request) -> web.StreamResponse:
@@ -192,7 +266,7 @@ async def _jobs_api(request: web.Request) -> web.StreamResponse:
 
 async def _job_api(request: web.Request) -> web.StreamResponse:
     console = _console(request)
-    return web.json_response(await console.document(console.key(request)))
+    return web.json_response(await console.document(await console.allowed_key(request)))
 
 
 async def _events(request: web.Request) -> web.StreamResponse:
@@ -237,7 +311,7 @@ async def _jobs_stream(request: web.Request) -> web.StreamResponse:
 
 async def _job_stream(request: web.Request) -> web.StreamResponse:
     console = _console(request)
-    key = console.key(request)
+    key = await console.allowed_key(request)
     found, audit_error = await console.entries(key)
     response = await _events(request)
     changed = asyncio.Event()
@@ -276,8 +350,9 @@ async def _close(app: web.Application) -> None:
 
 
 def application(settings: ConsoleSettings) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[_guard, _errors])
     app[_CONSOLE] = _Console(settings)
+    app.on_response_prepare.append(_secure)
     app.router.add_get("/", _jobs_page)
     app.router.add_get("/jobs" + _JOB, _job_page)
     app.router.add_get("/api/jobs", _jobs_api)

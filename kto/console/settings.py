@@ -17,7 +17,13 @@ class ConsoleSettings:
     kafka: KafkaSettings
     """The broker and topic of the audit log (``kto.jobs``)."""
     host: str = "127.0.0.1"
-    """The address listened on."""
+    """The address listened on. On a loopback address a request without a bearer token is the
+    kubeconfig's own user; on any other, every request needs a token."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Names (or addresses) a request's ``Host`` may name besides loopback ones and ``host``; any
+    other is refused (421), so a page of another site cannot reach the console by DNS rebinding."""
+    access_ttl: float = 10.0
+    """Seconds a token review's or an access review's answer is kept before the clusters are asked again."""
     port: int = 8080
     """The port listened on (0: any free one; the ready line says which)."""
     trace_url: str = ""

@@ -11,6 +11,8 @@
     for (const [name, value] of Object.entries(props || {})) {
       if (name === "className") node.className = value;
       else if (name === "dataset") Object.assign(node.dataset, value);
+      // Through the CSSOM: the Content-Security-Policy refuses style attributes (setAttribute("style")).
+      else if (name === "style") node.style.cssText = value;
       else node.setAttribute(name, value);
     }
     for (const child of children) {
