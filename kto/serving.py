@@ -117,15 +117,18 @@ HEALTH_PORT_ENV = "KTO_HEALTH_PORT"
 
 
 def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-port`` and ``--health-port`` of the service commands (watcher, reconciler, status-service)."""
+    """``--metrics-port`` and ``--health-port`` of the service commands (watcher, reconciler, status-service).
+    Both listen on ``$KTO_METRICS_ADDRESS``: by default every address inside a pod, 127.0.0.1 elsewhere
+    (:func:`shared.metrics.bind_address`)."""
     parser.add_argument(
         "--metrics-port", default=None, metavar="PORT",
-        help=f"serve Prometheus metrics on every address at PORT, path /metrics, and the probes /healthz and "
+        help=f"serve Prometheus metrics at PORT on $KTO_METRICS_ADDRESS (default: every address inside a pod, else "
+        f"127.0.0.1), path /metrics, and the probes /healthz and "
         f"/readyz beside them (default: ${METRICS_PORT_ENV}, else 0 = off)",
     )
     parser.add_argument(
         "--health-port", default=None, metavar="PORT",
-        help=f"serve the probes /healthz (liveness) and /readyz (readiness) on every address at PORT, also when "
+        help=f"serve the probes /healthz (liveness) and /readyz (readiness) at PORT, also when "
         f"metrics are off (default: ${HEALTH_PORT_ENV}, else 0 = only on the metrics port)",
     )
 
