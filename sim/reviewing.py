@@ -153,18 +153,19 @@ class Reviews:
                 "reason": "FieldValueRequired", "field": "spec.user",
                 "message": "Required value: at least one of user or group must be specified"}])
         asked = User(user, str(spec.get("uid") or ""), tuple(str(g) for g in groups))
-        return _answer("authorization.k8s.io/v1", "SubjectAccessReview", body, self._decide(asked, spec))
+        return _answer("authorization.k8s.io/v1", "SubjectAccessReview", body,
+                       self._decide(asked, spec, "SubjectAccessReview"))
 
     def self_subject_access_review(self, body: Any, authorization: str) -> Obj:
         spec = _spec(body, "SelfSubjectAccessReview")
         return _answer("authorization.k8s.io/v1", "SelfSubjectAccessReview", body,
-                       self._decide(self.requester(authorization), spec))
+                       self._decide(self.requester(authorization), spec, "SelfSubjectAccessReview"))
 
-    def _decide(self, user: User, spec: Obj) -> Obj:
+    def _decide(self, user: User, spec: Obj, kind: str) -> Obj:
         attributes = spec.get("resourceAttributes")
         plain = spec.get("nonResourceAttributes")
         if not isinstance(attributes, dict) and not isinstance(plain, dict):
-            raise errors.invalid(str(spec.get("kind", "SubjectAccessReview")), "subjectaccessreviews", "", [{
+            raise errors.invalid(kind, f"{kind.lower()}s.authorization.k8s.io", "", [{
                 "reason": "FieldValueRequired", "field": "spec.resourceAttributes",
                 "message": "Required value: exactly one of nonResourceAttributes or resourceAttributes "
                            "must be specified"}])
