@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from kto import serving
     from services.reconciler import running
     from services.reconciler.settings import ReconcilerSettings
+    from shared import namespaces as served
     from shared.core.settings import OperatorSettings
 
     from kto import cli
@@ -47,8 +48,12 @@ def run(args: argparse.Namespace) -> int:
         raise cli.UserError(f"--check-after {args.check_after}: must be a number of seconds ≥ 0")
     if not args.exec_timeout > 0:
         raise cli.UserError(f"--exec-timeout {args.exec_timeout}: must be a number of seconds > 0")
+    try:
+        namespaces = served.from_env(os.environ)
+    except served.NamespacesError as exc:
+        raise cli.UserError(str(exc)) from None
     settings = ReconcilerSettings(
-        kubeconfig=args.kubeconfig,
+        kubeconfig=args.kubeconfig, namespaces=namespaces,
         concurrency=args.concurrency, release_after=args.release_after, group_id=args.group,
         create_concurrency=args.create_concurrency,
         check_after=args.check_after, exec_timeout=args.exec_timeout, metrics_port=serving.metrics_port(args),

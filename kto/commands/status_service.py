@@ -20,17 +20,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     from kto import serving
     from services.status import running
     from services.status.settings import StatusSettings
+    from shared import namespaces as served
 
     from kto import cli
 
     kafka = serving.worker_kafka(args)
     if not args.write_interval >= 0:
         raise cli.UserError(f"--write-interval {args.write_interval}: must be a number of seconds ≥ 0")
+    try:
+        namespaces = served.from_env(os.environ)
+    except served.NamespacesError as exc:
+        raise cli.UserError(str(exc)) from None
     settings = StatusSettings(
-        kubeconfig=args.kubeconfig, concurrency=args.concurrency, release_after=args.release_after,
+        kubeconfig=args.kubeconfig, namespaces=namespaces, concurrency=args.concurrency,
+        release_after=args.release_after,
         group_id=args.group, record_events=not args.no_events,
         write_interval=args.write_interval, metrics_port=serving.metrics_port(args),
         health_port=serving.health_port(args),

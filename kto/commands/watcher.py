@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
-    parser.add_argument("--namespace", default=None, help="watch only this namespace (default: all)")
+    parser.add_argument("--namespace", default=None, metavar="NS[,NS...]",
+                        help="watch only these namespaces, comma-separated (default: $KTO_NAMESPACES, else all)")
     parser.add_argument("--resync-interval", type=float, default=30.0,
                         help="seconds between resyncs of every live job (default: 30)")
     parser.add_argument("--lease-namespace", default="default",
@@ -43,16 +44,19 @@ def run(args: argparse.Namespace) -> int:
     from services.watcher import running
     from services.watcher.settings import WatcherSettings
     from shared import tracing
+    from shared import namespaces as served
     from shared.bus.settings import KafkaSettings, SettingsError
 
     if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
         raise UserError(f"--kubeconfig {args.kubeconfig}: no such file")
     try:
+        namespaces = (served.from_env(os.environ) if args.namespace is None
+                      else served.parse(args.namespace, "--namespace"))
         settings = WatcherSettings(
             cluster=args.cluster,
             kubeconfig=args.kubeconfig,
             context=args.context,
-            namespace=args.namespace,
+            namespace=",".join(namespaces) or None,
             resync_interval=args.resync_interval,
             lease_namespace=args.lease_namespace,
             lease_duration=args.lease_duration,

@@ -124,6 +124,9 @@ class Reconciler:
         if self._sweeper is None and self._settings.check_after > 0:
             self._sweeper = self._loop.create_task(self._sweep_forever(), name="reconciler stale-job sweep")
         key = records.JobKey.parse(record.key)
+        if (skipped := self._settings.refusal(key.namespace)) is not None:
+            log.warning("%s: record skipped: %s", record.key, skipped)
+            return False
         if key.kind not in RECONCILED_KINDS:
             return False
         view = self._views.setdefault(record.key, views.JobView())

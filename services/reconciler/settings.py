@@ -10,6 +10,7 @@ import uuid
 
 from shared.core.elastic.settings import ElasticSettings
 from shared.core.settings import OperatorSettings
+from shared import namespaces as served
 from shared.workers import RELEASE_AFTER
 
 
@@ -68,3 +69,12 @@ class ReconcilerSettings:
 
     instance: str = dataclasses.field(default_factory=lambda: default_instance("reconciler"))
     """This worker's instance id (stamped on its records)."""
+
+    namespaces: tuple[str, ...] = ()
+    """The namespaces served (``KTO_NAMESPACES``, comma-separated); () → every namespace. A
+    record of a job key outside them is skipped, so nothing is created, changed or deleted
+    there (deploy/overlays/namespaced binds the reconciler no role there)."""
+
+    def refusal(self, namespace: str) -> str | None:
+        """Why a job key of ``namespace`` is skipped; None when it is served."""
+        return served.refusal(self.namespaces, namespace)

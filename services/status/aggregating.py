@@ -84,6 +84,9 @@ class StatusAggregator:
         """Take one record into the key's view (the KeyedConsumer handler); True if
         it may change the status."""
         key = records.JobKey.parse(record.key)
+        if (skipped := self._settings.refusal(key.namespace)) is not None:
+            log.warning("%s: record skipped: %s", record.key, skipped)
+            return False
         if key.kind not in jobs.KINDS:
             return False
         if isinstance(record, records.Decision):

@@ -8,6 +8,7 @@ import pathlib
 import socket
 import uuid
 
+from shared import namespaces as served
 from shared.workers import RELEASE_AFTER
 
 
@@ -53,3 +54,12 @@ class StatusSettings:
 
     instance: str = dataclasses.field(default_factory=_instance)
     """This worker's instance id (stamped on its records)."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces whose jobs' status this worker writes (``KTO_NAMESPACES``, comma-separated;
+    () → all). Records of other namespaces are skipped (deploy/overlays/namespaced binds
+    the status worker no role there)."""
+
+    def refusal(self, namespace: str) -> str | None:
+        """None when jobs of ``namespace`` are this worker's, else why not."""
+        return served.refusal(self.namespaces, namespace)

@@ -12,6 +12,8 @@ import os
 import secrets
 import socket
 
+from shared import namespaces as served
+
 
 def default_identity() -> str:
     """``<hostname>-<pid>-<random>``: unique per process, readable in the Lease."""
@@ -33,7 +35,9 @@ class WatcherSettings:
     """kubeconfig context to use; None → the current context."""
 
     namespace: str | None = None
-    """Namespace to watch; None → all namespaces."""
+    """Namespaces to watch, comma-separated (``--namespace``, else ``KTO_NAMESPACES``); None
+    → all namespaces. Each is listed and watched on its own, as controller-runtime's watch
+    namespaces, so the watcher needs no role outside them."""
 
     resync_interval: float = 30.0
     """Seconds between two periodic resyncs (RESYNCED for every live job)."""
@@ -74,6 +78,7 @@ class WatcherSettings:
     kind whose CRD is not installed): listing it is tried again this often."""
 
     def __post_init__(self) -> None:
+        served.parse(self.namespace, "namespace")
         if not self.cluster or "/" in self.cluster or self.cluster != self.cluster.strip():
             raise ValueError(f"cluster name {self.cluster!r} must be non-empty, without '/' or spaces")
         if self.resync_interval <= 0:
@@ -90,6 +95,11 @@ class WatcherSettings:
             raise ValueError(f"health port {self.health_port} is not a port number (0 = none)")
         if self.watch_timeout < 1:
             raise ValueError(f"watch timeout must be at least 1 s, not {self.watch_timeout}")
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The namespaces watched; () → all."""
+        return served.parse(self.namespace, "namespace")
 
     @property
     def lease(self) -> str:

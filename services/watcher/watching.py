@@ -93,8 +93,9 @@ def slot(kind: str, api_version: str = "") -> str:
     return f"{kind}.{api_version.partition('/')[0]}"
 
 
-def _type_name(rt: resources.ResourceType) -> str:
-    return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+def _type_name(rt: resources.ResourceType, namespace: str | None = None) -> str:
+    name = f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+    return name if namespace is None else f"{name} in {namespace}"
 
 
 def selector_for(rt: resources.ResourceType) -> str | None:
@@ -228,53 +229,64 @@ class Watcher:
         self.inventory = Inventory()
         self._unconfirmed: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=MAX_UNCONFIRMED)
         """Records handed to the producer whose acknowledgement is not checked yet, in order."""
-        self.unlisted: set[str] = {_type_name(rt) for rt in WATCHED_TYPES}
-        """Watched types (``plural.group``) this term has not listed yet (a type the cluster does
-        not serve counts as listed): readiness waits for none to be left."""
+        self.unlisted: set[str] = self._all_lists()
+        """Watched types (``plural.group``, ``… in <namespace>`` when namespaces are given) this
+        term has not listed yet (a type the cluster does not serve counts as listed): readiness
+        waits for none to be left."""
 
     @property
     def settings(self) -> WatcherSettings:
         return self._settings
 
+    def _namespaces(self) -> tuple[str | None, ...]:
+        """Where each type is listed and watched: every served namespace on its own, or (None)
+        the whole cluster at once."""
+        return self._settings.namespaces or (None,)
+
+    def _all_lists(self) -> set[str]:
+        return {_type_name(rt, ns) for rt in WATCHED_TYPES for ns in self._namespaces()}
+
     async def run(self) -> None:
         """Full list of every watched type (publishing everything), then watch forever."""
-        self.unlisted = {_type_name(rt) for rt in WATCHED_TYPES}
+        self.unlisted = self._all_lists()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._confirm(), name=f"confirm sends of {self._settings.cluster}")
             for rt in WATCHED_TYPES:
-                group.create_task(self._watch(rt), name=f"watch {rt.plural} of {self._settings.cluster}")
+                for ns in self._namespaces():
+                    where = self._settings.cluster if ns is None else f"{self._settings.cluster}/{ns}"
+                    group.create_task(self._watch(rt, ns), name=f"watch {rt.plural} of {where}")
 
-    async def _watch(self, rt: resources.ResourceType) -> None:
+    async def _watch(self, rt: resources.ResourceType, namespace: str | None) -> None:
         missing = False
         while True:
             cursor = _Cursor()
             try:
                 async for attempt in _reconnecting(rt):
                     with attempt:
-                        cursor.resource_version = await self._relist(rt, full=True)
-                self.unlisted.discard(_type_name(rt))
+                        cursor.resource_version = await self._relist(rt, namespace, full=True)
+                self.unlisted.discard(_type_name(rt, namespace))
                 if missing:
                     log.info("%s.%s is served now; watching it", rt.plural, rt.group)
                     missing = False
                 while True:  # one watch request per turn; ends when the server closes it
                     async for attempt in _reconnecting(rt):
                         with attempt:
-                            await self._stream(rt, cursor)
+                            await self._stream(rt, namespace, cursor)
             except clients.ApiError as exc:
                 if not (exc.not_found and rt in OPTIONAL_TYPES):
                     raise
-                self.unlisted.discard(_type_name(rt))
+                self.unlisted.discard(_type_name(rt, namespace))
                 if not missing:
                     log.info("%s.%s is not served by this cluster (its CRD is not installed); "
                              "looking again every %gs", rt.plural, rt.group, self._settings.discovery_interval)
                     missing = True
                 await asyncio.sleep(self._settings.discovery_interval)
 
-    async def _stream(self, rt: resources.ResourceType, cursor: _Cursor) -> None:
+    async def _stream(self, rt: resources.ResourceType, namespace: str | None, cursor: _Cursor) -> None:
         """One watch request from the cursor; a 410 relists and moves the cursor."""
         try:
             stream = self._client.watch(
-                rt, self._settings.namespace, cursor.resource_version, selector_for(rt),
+                rt, namespace, cursor.resource_version, selector_for(rt),
                 timeout_seconds=self._settings.watch_timeout,
             )
             try:
@@ -295,15 +307,16 @@ class Watcher:
                 raise
             log.info("%s: watch from resourceVersion %s expired (410); relisting", rt.plural,
                      cursor.resource_version)
-            cursor.resource_version = await self._relist(rt, full=False)
+            cursor.resource_version = await self._relist(rt, namespace, full=False)
 
-    async def _relist(self, rt: resources.ResourceType, *, full: bool) -> str:
-        """List ``rt`` and publish the differences against the inventory.
+    async def _relist(self, rt: resources.ResourceType, namespace: str | None, *, full: bool) -> str:
+        """List ``rt`` in ``namespace`` (None: every namespace) and publish the differences
+        against the inventory's objects there.
 
         ``full``: also publish unchanged objects, as RESYNCED.
         Returns the list's resourceVersion.
         """
-        items, version = await self._client.list(rt, self._settings.namespace, selector_for(rt))
+        items, version = await self._client.list(rt, namespace, selector_for(rt))
         known = self.inventory.of(slot(rt.kind, rt.api_version))
         seen: set[ObjectId] = set()
         counts = {"ADDED": 0, "MODIFIED": 0, "RESYNCED": 0, "DELETED": 0}
@@ -327,10 +340,11 @@ class Watcher:
                 continue
             await self._observe(rt, event, obj)
             counts[event] += 1
-        for ident in [i for i in known if i not in seen]:
+        for ident in [i for i in known if i not in seen and namespace in (None, i[0])]:
             await self._publish_known(rt, "DELETED", ident, known[ident])
             counts["DELETED"] += 1
-        log.info("%s: %s list at resourceVersion %s: %d objects; published %s", rt.plural,
+        log.info("%s: %s list at resourceVersion %s: %d objects; published %s",
+                 rt.plural if namespace is None else f"{rt.plural} in {namespace}",
                  "full" if full else "re-", version, len(items),
                  ", ".join(f"{n} {e}" for e, n in counts.items() if n) or "nothing")
         return version
