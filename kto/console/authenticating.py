@@ -12,7 +12,8 @@ Out:
   cluster's API server (a TokenReview; a cluster that refuses it shows that user
   nothing), or — only for a console listening on a loopback address — the
   kubeconfig's own user, the identity the console reads the clusters with.
-  :class:`Refused` (401) otherwise;
+  :class:`Refused` (401) otherwise, :class:`Unreviewed` (503) when no cluster
+  accepted the token and one of them could not be asked;
 * :meth:`Gate.may_list` — whether the viewer may ``list`` a job kind in a
   namespace of a cluster: a SubjectAccessReview for a token's user, a
   SelfSubjectAccessReview for the kubeconfig's user; answers are kept
@@ -54,6 +55,10 @@ _KEPT = 4096
 
 class Refused(Exception):
     """The request is not authenticated (401); the message says what to send."""
+
+
+class Unreviewed(Exception):
+    """No cluster accepted the token and some could not be asked (503): it may be good once they answer."""
 
 
 def is_loopback(host: str) -> bool:
@@ -162,11 +167,15 @@ class Gate:
             raise Refused("the Authorization header must be 'Bearer TOKEN'")
         key = hashlib.sha256(token.encode()).hexdigest()
         users: dict[str, Mapping[str, Any] | None] | None = self._kept(self._reviews, key)
+        answered = True
         if users is None:
             users, answered = await self._review(token)
             if answered:
                 self._keep(self._reviews, key, users)
         if not any(user is not None for user in users.values()):
+            if not answered:
+                raise Unreviewed("the bearer token could not be reviewed: a cluster's API server did not answer "
+                                 "(try again)")
             raise Refused("the bearer token was not accepted by the API server of any cluster of this console")
         return Viewer(key, users)
 

@@ -222,6 +222,8 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
         response = _refusal(request, 401, str(exc))
         response.headers["WWW-Authenticate"] = 'Bearer realm="kto console"'
         return response
+    except authenticating.Unreviewed as exc:
+        return _refusal(request, 503, str(exc))
     return await handler(request)
 
 
@@ -254,7 +256,7 @@ async def _listing(request: web.Request) -> dict[str, Any]:
     viewer = _viewer(request)
     jobs, errors = await console.listing.snapshot()
     for cluster in console.settings.contexts:
-        if not viewer.accepted_by(cluster):
+        if not viewer.accepted_by(cluster) and not errors.get(cluster):  # one that cannot answer says so
             errors = {**errors, cluster: "this cluster does not accept your token"}
     shown = await console.gate.visible(viewer, jobs)
     return summaries.listing(console.settings.contexts, shown, errors, summaries.Filters.from_query(request.query))

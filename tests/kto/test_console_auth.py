@@ -26,17 +26,20 @@ from kto.console import authenticating, serving
 from realparts import ports
 from shared.kube import clients, resources
 from tests.fixtures.pipeline import CLUSTER, Pipeline
+from tests.kto.test_console import DEAD, kubeconfig_with_a_dead_cluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @contextlib.asynccontextmanager
-async def console(pipeline: Pipeline, directory: pathlib.Path, *args: str) -> AsyncIterator[str]:
-    """``kto console ARGS`` as a subprocess on a free port: its URL on 127.0.0.1 once it printed ready."""
+async def console(pipeline: Pipeline, directory: pathlib.Path, *args: str,
+                  kubeconfig: pathlib.Path | None = None) -> AsyncIterator[str]:
+    """``kto console ARGS`` as a subprocess on a free port (of the pipeline's kubeconfig unless another
+    is given): its URL on 127.0.0.1 once it printed ready."""
     port = ports.free()
     log = (directory / f"console-{port}.log").open("wb")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kto", "console", "--kubeconfig", str(pipeline.kubeconfig), "--bootstrap",
+        sys.executable, "-m", "kto", "console", "--kubeconfig", str(kubeconfig or pipeline.kubeconfig), "--bootstrap",
         pipeline.kafka.bootstrap, "--port", str(port), "--refresh", "0.5", *args,
         stdout=asyncio.subprocess.PIPE, stderr=log, cwd=ROOT, env={**os.environ, **pipeline.kafka.to_env()})
     try:
@@ -187,7 +190,8 @@ async def test_on_loopback_a_request_without_a_token_is_the_kubeconfigs_user(
         pipeline: Pipeline, namespaces: tuple[str, str], tmp_path: pathlib.Path) -> None:
     a, b = namespaces
     viewer = await a_viewer_of_pytorchjobs_in(pipeline.client, a)
-    async with console(pipeline, tmp_path) as url:
+    kubeconfig = kubeconfig_with_a_dead_cluster(pipeline.kubeconfig, tmp_path)
+    async with console(pipeline, tmp_path, kubeconfig=kubeconfig) as url:
         assert await listed(url, None, namespaces) == {
             (a, "PyTorchJob", "seen"), (a, "TFJob", "other-kind"), (b, "PyTorchJob", "elsewhere")}
         assert await listed(url, viewer, namespaces) == {(a, "PyTorchJob", "seen")}, "a token still counts"
@@ -197,6 +201,13 @@ async def test_on_loopback_a_request_without_a_token_is_the_kubeconfigs_user(
             assert status == (404 if path == "/no/such/page" else 200) and secured(answered), path
         status, body, _ = await get(f"{url}/api/jobs", Host="attacker.example")
         assert status == 421 and "attacker.example" in body["error"]
+        # A token no answering cluster accepts while another cluster cannot be asked: try again later.
+        status, body, _ = await get(f"{url}/api/jobs", "not-a-token")
+        assert (status, body) == (503, {"error": "the bearer token could not be reviewed: a cluster's API server "
+                                                 "did not answer (try again)"})
+        status, listing, _ = await get(f"{url}/api/jobs", viewer)
+        errors = {c["name"]: c["error"] for c in listing["clusters"]}
+        assert errors[CLUSTER] == "" and errors[DEAD] and "does not accept" not in errors[DEAD], errors
 
 
 @pytest.mark.parametrize(("header", "refusal"), [
