@@ -36,12 +36,23 @@ def announce(line: str) -> None:
     print(line, flush=True)
 
 
-def serve(service: Callable[[], Awaitable[None]]) -> int:
-    """Run ``service`` until it returns or a SIGTERM/SIGINT arrives; 0 on a clean stop."""
+def serve(service: Callable[[], Awaitable[None]], *, kafka: KafkaSettings | None = None) -> int:
+    """Run ``service`` until it returns or a SIGTERM/SIGINT arrives; 0 on a clean stop.
+
+    With ``kafka``, first ask the broker whether it lets these settings in
+    (:func:`shared.bus.authenticating.check_access`): a refused certificate, login or
+    ACL ends the command in one line instead of retrying as if the broker were down."""
+
+    async def checked() -> None:
+        if kafka is not None:
+            from shared.bus import authenticating
+
+            await authenticating.check_access(kafka)
+        await service()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(service())
+        task = asyncio.ensure_future(checked())
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, task.cancel)
         try:

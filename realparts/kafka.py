@@ -8,10 +8,16 @@ and :class:`KafkaBroker`, one JVM that is broker and controller at once, with it
 log on disk under the state directory, so records and committed offsets survive a
 stop (SIGTERM) or a crash (SIGKILL) and a start on the same directory.
 
+And :class:`SecuredKafkaBroker`, the same broker authenticating every client (SCRAM-SHA-512
+over SASL_SSL, mutual TLS) and authorizing every request (KRaft's StandardAuthorizer with the
+ACLs of each :class:`Grant`, kto's by default: :func:`kto_grants`), with the certificates and
+passwords it makes under ``<state_dir>/tls``; :meth:`SecuredKafkaBroker.settings_of` gives each
+principal's settings.
+
 Files under the state directory: ``kto-kafka.json`` (cluster id and the two
-ports, reused on every start), ``server.properties`` and ``log4j2.properties``
+ports, three with SASL, reused on every start), ``server.properties`` and ``log4j2.properties``
 (written on every start), ``data/`` (Kafka's log and metadata log, formatted on
-the first start only) and ``kafka.log`` (the JVM's output, appended).
+the first start only), ``kafka.log`` (the JVM's output, appended) and, secured, ``tls/``.
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ import dataclasses
 import json
 import os
 import pathlib
+import secrets
 import signal
 import subprocess
 import time
 import uuid
-from typing import IO
+from typing import IO, Any
 
-from realparts import caching, ports
+from realparts import caching, certifying, ports
 from shared.bus import broker as bus_broker
 from shared import lifecycle
 from shared.bus import errors
@@ -145,6 +152,11 @@ class _State:
     cluster_id: str
     port: int
     controller_port: int
+    sasl_port: int = 0
+    """The SASL_SSL listener's port (:class:`SecuredKafkaBroker`); 0: none."""
+
+    def ports(self) -> tuple[int, ...]:
+        return tuple(port for port in (self.port, self.controller_port, self.sasl_port) if port)
 
 
 class KafkaBroker(lifecycle.Started):
@@ -161,6 +173,9 @@ class KafkaBroker(lifecycle.Started):
     sends SIGKILL at once (a crash); ``restart()`` stops and starts again.
     Failures raise :class:`realparts.caching.PartError`.
     """
+
+    _sasl_listener = False
+    """Whether the broker has a SASL_SSL listener (a third port in its state)."""
 
     def __init__(
         self,
@@ -199,9 +214,12 @@ class KafkaBroker(lifecycle.Started):
     @property
     def port(self) -> int:
         """The client port (PLAINTEXT listener) of the running broker."""
+        return self._running().port
+
+    def _running(self) -> _State:
         if self._state is None or self._settings is None:
             raise errors.BrokerError("the Kafka broker is not running")
-        return self._state.port
+        return self._state
 
     @property
     def pid(self) -> int | None:
@@ -240,13 +258,13 @@ class KafkaBroker(lifecycle.Started):
         state, fresh_ports = self._load_state()
         attempts = 3 if fresh_ports else 1
         for attempt in range(1, attempts + 1):
-            for port in (state.port, state.controller_port):
+            for port in state.ports():
                 if ports.in_use(port):
                     if attempt < attempts:
                         break
                     raise caching.PartError(
                         f"port {port} on 127.0.0.1 is in use (Kafka's state in {self.state_dir} "
-                        f"uses ports {state.port} and {state.controller_port})"
+                        f"uses ports {' and '.join(map(str, state.ports()))})"
                     )
             else:
                 self._state = state
@@ -262,7 +280,7 @@ class KafkaBroker(lifecycle.Started):
                         raise
                 else:
                     return
-            state = _State(state.cluster_id, ports.free(), ports.free())
+            state = _State(state.cluster_id, ports.free(), ports.free(), ports.free() if state.sasl_port else 0)
 
     def _load_state(self) -> tuple[_State, bool]:
         """The stored cluster id and ports (new ones the first time, saved); True if the
@@ -286,12 +304,17 @@ class KafkaBroker(lifecycle.Started):
             controller_port = ports.free()
             while controller_port == port:
                 controller_port = ports.free()
+        sasl_port = stored.get("sasl_port")
+        if not isinstance(sasl_port, int) or not sasl_port:
+            sasl_port = 0
+            while self._sasl_listener and sasl_port in (0, port, controller_port):
+                sasl_port = ports.free()
         if not isinstance(cluster_id, str):
             if (self.data_dir / "meta.properties").is_file():
                 raise caching.PartError(f"{path} is missing but {self.data_dir} is formatted; remove {self.state_dir}")
             cluster_id = _cluster_id()
         assert isinstance(port, int)
-        return _State(cluster_id, port, controller_port), fresh
+        return _State(cluster_id, port, controller_port, sasl_port), fresh
 
     def _save_state(self, state: _State) -> None:
         path = self.state_dir / _STATE_FILE
@@ -305,11 +328,8 @@ class KafkaBroker(lifecycle.Started):
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{state.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{state.port},CONTROLLER://127.0.0.1:{state.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{state.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            **self._listener_properties(state),
             "log.dirs": str(self.data_dir),
             "num.partitions": str(self._base.partitions),
             "offsets.topic.replication.factor": "1",
@@ -336,6 +356,19 @@ class KafkaBroker(lifecycle.Started):
         )
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
 
+    def _listener_properties(self, state: _State) -> dict[str, str]:
+        """One PLAINTEXT listener for clients and brokers, a PLAINTEXT one for the controller."""
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{state.port},CONTROLLER://127.0.0.1:{state.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{state.port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+
+    def _ready_settings(self, state: _State) -> KafkaSettings:
+        """What readiness asks with (and ``settings`` hands out): the client port, PLAINTEXT."""
+        return dataclasses.replace(self._base, bootstrap=f"127.0.0.1:{state.port}", security_protocol="PLAINTEXT")
+
     def _java_command(self, java: str, jars: pathlib.Path, main: str, *args: str) -> list[str]:
         return [
             java, *self._jvm_options,
@@ -345,7 +378,8 @@ class KafkaBroker(lifecycle.Started):
 
     async def _format(self, java: str, jars: pathlib.Path, state: _State) -> None:
         command = self._java_command(java, jars, "kafka.tools.StorageTool", "format",
-                                     "-t", state.cluster_id, "-c", str(self.state_dir / "server.properties"))
+                                     "-t", state.cluster_id, "-c", str(self.state_dir / "server.properties"),
+                                     *self._format_arguments())
         process = await asyncio.create_subprocess_exec(
             *command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -364,6 +398,10 @@ class KafkaBroker(lifecycle.Started):
                 f"cannot format Kafka's storage in {self.data_dir} (exit {process.returncode}): "
                 f"{_tail(output.decode(errors='replace'), 8)}"
             )
+
+    def _format_arguments(self) -> tuple[str, ...]:
+        """More arguments of the first start's ``kafka-storage format`` (none here)."""
+        return ()
 
     def _launch(self, java: str, jars: pathlib.Path) -> None:
         command = self._java_command(java, jars, "kafka.Kafka", str(self.state_dir / "server.properties"))
@@ -395,9 +433,7 @@ class KafkaBroker(lifecycle.Started):
     async def _until_ready(self, state: _State) -> None:
         process = self._process
         assert process is not None
-        settings = dataclasses.replace(
-            self._base, bootstrap=f"127.0.0.1:{state.port}", security_protocol="PLAINTEXT",
-        )
+        settings = self._ready_settings(state)
         deadline = time.monotonic() + self._start_timeout
 
         def died() -> caching.PartError:
@@ -486,3 +522,214 @@ def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> N
     """Signal the process group the JVM leads (its own session)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signum)
+
+
+# --- authentication and ACLs ----------------------------------------------------
+
+BROKER_PRINCIPAL = "kto-broker"
+"""The broker's own certificate's name: it dials its controller and itself with it (a super user)."""
+
+ADMIN_PRINCIPAL = "kto-admin"
+"""The super user that makes the topics and the ACLs (and whom ``SecuredKafkaBroker.settings`` names)."""
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+# Kafka's codes for CreateAcls (org.apache.kafka.common.resource / acl).
+_TOPIC, _GROUP = 2, 3
+_LITERAL = 3
+_READ, _WRITE, _DESCRIBE = 3, 4, 8
+_ALLOW = 3
+_OPERATION_NAMES = {_READ: "Read", _WRITE: "Write", _DESCRIBE: "Describe"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """The ACLs of one principal (``User:<principal>``, from any host): the topics it may write,
+    the topics it may read, and the consumer groups it may read in. Each topic it may read or
+    write it may also describe."""
+
+    principal: str
+    writes: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    def acls(self) -> list[tuple[int, str, int]]:
+        """(resource type, literal resource name, operation), each once."""
+        wanted = [(_TOPIC, topic, _WRITE) for topic in self.writes]
+        wanted += [(_TOPIC, topic, _READ) for topic in self.reads]
+        wanted += [(_TOPIC, topic, _DESCRIBE) for topic in (*self.writes, *self.reads)]
+        wanted += [(_GROUP, group, _READ) for group in self.groups]
+        return list(dict.fromkeys(wanted))
+
+
+def kto_grants(
+    settings: KafkaSettings, reconciler_group: str = "kto-reconciler", status_group: str = "kto-status",
+) -> tuple[Grant, ...]:
+    """kto's ACL table (docs/bus.md, Kafka with SCRAM or mTLS): the watcher writes the jobs topic; the
+    reconciler and status workers read it in their groups and write their decisions to it and
+    records they cannot process to the dead-letter topic."""
+    jobs, dlq = settings.jobs_topic, settings.dlq_topic
+    return (
+        Grant("kto-watcher", writes=(jobs,)),
+        Grant("kto-reconciler", writes=(jobs, dlq), reads=(jobs,), groups=(reconciler_group,)),
+        Grant("kto-status", writes=(jobs, dlq), reads=(jobs,), groups=(status_group,)),
+    )
+
+
+class SecuredKafkaBroker(KafkaBroker):
+    """Apache Kafka that authenticates every client and authorizes every request.
+
+    Listeners, all on 127.0.0.1: ``port`` is SSL with ``ssl.client.auth=required`` (mutual TLS:
+    a client's principal is its certificate's common name; the broker talks to itself there),
+    ``sasl_port`` is SASL_SSL with SCRAM-SHA-512, and the controller's listener is mutual TLS too.
+    There is no PLAINTEXT listener. KRaft's StandardAuthorizer refuses what no ACL allows
+    (``allow.everyone.if.no.acl.found=false``); ``kto-broker`` and ``kto-admin`` are super users.
+
+    On the first start it makes, under ``<state_dir>/tls`` (mode 0700, every file 0600), a CA,
+    the broker's certificate (for 127.0.0.1 and localhost), and for every principal (those of
+    ``grants``, ``principals`` and ``kto-admin``) a client certificate and a SCRAM password
+    (``<principal>.password``), whose SCRAM-SHA-512 credentials the storage is formatted with.
+    On every start it makes the topics (as ``kto-admin``) and the ACLs of ``grants`` (default
+    :func:`kto_grants`). :meth:`settings_of` says how a principal reaches the broker;
+    ``settings`` is the admin's (mutual TLS).
+    """
+
+    _sasl_listener = True
+
+    def __init__(
+        self,
+        state_dir: pathlib.Path,
+        port: int = 0,
+        *,
+        grants: tuple[Grant, ...] | None = None,
+        principals: tuple[str, ...] = (),
+        **options: Any,
+    ) -> None:
+        """``options``: those of :class:`KafkaBroker` (settings, timeouts, JVM options)."""
+        super().__init__(state_dir, port, **options)
+        self.grants = kto_grants(self._base) if grants is None else grants
+        names = [ADMIN_PRINCIPAL, *(grant.principal for grant in self.grants), *principals]
+        self.principals = tuple(dict.fromkeys(names))
+        """Every principal with a certificate and a SCRAM password (made on the first start)."""
+
+    @property
+    def tls_dir(self) -> pathlib.Path:
+        """The CA, certificates, keys and passwords (0700, files 0600)."""
+        return self.state_dir / "tls"
+
+    @property
+    def ca_file(self) -> pathlib.Path:
+        """The CA that signs the broker's and the clients' certificates."""
+        return self.tls_dir / "ca.crt"
+
+    @property
+    def sasl_port(self) -> int:
+        """The SASL_SSL (SCRAM-SHA-512) listener's port of the running broker."""
+        return self._running().sasl_port
+
+    def settings_of(self, principal: str, via: str) -> KafkaSettings:
+        """Settings of ``principal`` on the running broker: ``via="scram"``, SASL_SSL with its
+        password from its file (``sasl_password_file``); ``via="mtls"``, SSL with its certificate."""
+        if principal not in self.principals:
+            raise ValueError(f"{principal!r} is none of this broker's principals {self.principals}")
+        base = dataclasses.replace(self._base, ssl_cafile=str(self.ca_file))
+        if via == "scram":
+            return dataclasses.replace(
+                base, bootstrap=f"127.0.0.1:{self.sasl_port}", security_protocol="SASL_SSL",
+                sasl_mechanism=SCRAM_MECHANISM, sasl_username=principal, sasl_password=None,
+                sasl_password_file=str(self.tls_dir / f"{principal}.password"))
+        if via == "mtls":
+            return dataclasses.replace(
+                base, bootstrap=f"127.0.0.1:{self.port}", security_protocol="SSL",
+                ssl_certfile=str(self.tls_dir / f"{principal}.crt"), ssl_keyfile=str(self.tls_dir / f"{principal}.key"))
+        raise ValueError(f"via {via!r}: use 'scram' or 'mtls'")
+
+    def _ensure_credentials(self) -> None:
+        """The CA, the broker's key store and every principal's certificate and password, made once."""
+        authority = certifying.Authority(self.tls_dir, "kto Kafka test CA")
+        broker = authority.issue(BROKER_PRINCIPAL, server=True)
+        keystore = self.tls_dir / f"{BROKER_PRINCIPAL}.pem"
+        if not keystore.is_file():
+            certifying.write_private(keystore, broker.key_then_chain())
+        for principal in self.principals:
+            authority.issue(principal)
+            password = self.tls_dir / f"{principal}.password"
+            if not password.is_file():
+                certifying.write_private(password, secrets.token_hex(24).encode())
+
+    def _listener_properties(self, state: _State) -> dict[str, str]:
+        self._ensure_credentials()
+        scram = SCRAM_MECHANISM.lower()
+        return {
+            "listeners": f"SSL://127.0.0.1:{state.port},SASL_SSL://127.0.0.1:{state.sasl_port},"
+                         f"CONTROLLER://127.0.0.1:{state.controller_port}",
+            "advertised.listeners": f"SSL://127.0.0.1:{state.port},SASL_SSL://127.0.0.1:{state.sasl_port}",
+            "inter.broker.listener.name": "SSL",
+            "listener.security.protocol.map": "SSL:SSL,SASL_SSL:SASL_SSL,CONTROLLER:SSL",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.tls_dir / f"{BROKER_PRINCIPAL}.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+            "ssl.client.auth": "required",
+            "listener.name.sasl_ssl.ssl.client.auth": "none",
+            # A certificate's principal is its common name, as Strimzi's (CN=kto-watcher → kto-watcher).
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]*)$/$1/,DEFAULT",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.sasl_ssl.{scram}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"User:{BROKER_PRINCIPAL};User:{ADMIN_PRINCIPAL}",
+        }
+
+    def _format_arguments(self) -> tuple[str, ...]:
+        """Each principal's SCRAM-SHA-512 credentials, written into the metadata log by the format."""
+        arguments: list[str] = []
+        for principal in self.principals:
+            password = (self.tls_dir / f"{principal}.password").read_text()
+            arguments += ["--add-scram", f"{SCRAM_MECHANISM}=[name={principal},password={password}]"]
+        return tuple(arguments)
+
+    def _ready_settings(self, state: _State) -> KafkaSettings:
+        """The admin, over mutual TLS on the client port."""
+        return dataclasses.replace(
+            self._base, bootstrap=f"127.0.0.1:{state.port}", security_protocol="SSL", ssl_cafile=str(self.ca_file),
+            ssl_certfile=str(self.tls_dir / f"{ADMIN_PRINCIPAL}.crt"),
+            ssl_keyfile=str(self.tls_dir / f"{ADMIN_PRINCIPAL}.key"))
+
+    async def _until_ready(self, state: _State) -> None:
+        await super()._until_ready(state)
+        try:
+            await create_acls(self.settings, self.grants)
+        except errors.BrokerError as exc:
+            raise caching.PartError(f"{exc} (log: {self.log_path})") from exc
+
+
+async def create_acls(admin: KafkaSettings, grants: tuple[Grant, ...]) -> None:
+    """Allow each grant's ACLs (an ACL that exists already is left as it is), as ``admin``;
+    BrokerError naming the ACL the broker refused."""
+    from aiokafka import errors as kafka_errors
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.admin import CreateAclsRequest
+
+    from shared.bus import settings as bus_settings
+
+    client = AIOKafkaClient(**bus_settings.client_options(admin))
+    try:
+        await client.bootstrap()
+        for grant in grants:
+            for resource_type, name, operation in grant.acls():
+                request = CreateAclsRequest(resource_type, name, _LITERAL, f"User:{grant.principal}", "*",
+                                            operation, _ALLOW)
+                response = await client.send(client.get_random_node(), request)
+                for code, message in response.creation_responses:
+                    if code:
+                        kind = "topic" if resource_type == _TOPIC else "group"
+                        raise errors.BrokerError(
+                            f"cannot allow {_OPERATION_NAMES[operation]} on {kind} {name} to User:{grant.principal}: "
+                            f"{kafka_errors.for_code(code).__name__}: {message}")
+    except kafka_errors.KafkaError as exc:
+        raise errors.BrokerError(f"cannot create ACLs on {admin.bootstrap}: {exc!r}") from exc
+    finally:
+        await client.close()

@@ -45,5 +45,6 @@ def run(args: argparse.Namespace) -> int:
     )
     serving.configure_tracing("kto-status", settings.instance)
     return serving.serve(
-        lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}"))
+        lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}")),
+        kafka=kafka,
     )

@@ -87,6 +87,6 @@ def run(args: argparse.Namespace) -> int:
             raise
 
     try:
-        return serving.serve(watch)
+        return serving.serve(watch, kafka=kafka)
     finally:
         provider.shutdown()

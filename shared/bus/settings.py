@@ -54,17 +54,26 @@ class KafkaSettings:
     """``KTO_KAFKA_SASL_USERNAME``: SASL user; required with SASL_PLAINTEXT / SASL_SSL."""
 
     sasl_password: str | None = dataclasses.field(default=None, repr=False)
-    """``KTO_KAFKA_SASL_PASSWORD``: SASL password; required with SASL_PLAINTEXT / SASL_SSL."""
+    """``KTO_KAFKA_SASL_PASSWORD``: SASL password; with SASL_PLAINTEXT / SASL_SSL this or
+    ``sasl_password_file`` is required."""
+
+    sasl_password_file: str | None = None
+    """``KTO_KAFKA_SASL_PASSWORD_FILE``: a file holding the SASL password (a mounted Secret's
+    key, such as the ``password`` of a Strimzi KafkaUser's Secret; one trailing newline is
+    dropped). Read again each time a client is made, so a rotated Secret is used by the next
+    connection; never copied into a child's environment. Not with ``sasl_password``."""
 
     ssl_cafile: str | None = None
     """``KTO_KAFKA_SSL_CAFILE``: PEM bundle of CAs that sign the brokers' certificates
     (SSL / SASL_SSL; unset → the system trust store)."""
 
     ssl_certfile: str | None = None
-    """``KTO_KAFKA_SSL_CERTFILE``: PEM client certificate for mutual TLS (optional)."""
+    """``KTO_KAFKA_SSL_CERTFILE``: PEM client certificate for mutual TLS (SSL / SASL_SSL; its
+    subject is the client's principal, e.g. ``CN=kto-watcher``); may hold the key too."""
 
     ssl_keyfile: str | None = None
-    """``KTO_KAFKA_SSL_KEYFILE``: PEM private key of ``ssl_certfile`` (optional)."""
+    """``KTO_KAFKA_SSL_KEYFILE``: PEM private key of ``ssl_certfile``, unencrypted (a Strimzi
+    KafkaUser's ``user.key``)."""
 
     jobs_topic: str = "kto.jobs"
     """``KTO_KAFKA_JOBS_TOPIC``: the one typed topic keyed by job key."""
@@ -152,7 +161,9 @@ class KafkaSettings:
             else:
                 values[field.name] = raw
         try:
-            return cls(**values)
+            settings = cls(**values)
+            _check_unused(settings)
+            return settings
         except SettingsError as exc:
             if exc.field is None:
                 raise
@@ -224,17 +235,26 @@ def _check(s: KafkaSettings) -> None:
         raise SettingsError(
             f"{s.sasl_mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}", "sasl_mechanism"
         )
-    if s.security_protocol.startswith("SASL_"):
-        if not s.sasl_username:
-            raise SettingsError(f"required with {s.security_protocol}", "sasl_username")
-        if s.sasl_password is None:
-            raise SettingsError(f"required with {s.security_protocol}", "sasl_password")
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "sasl_password_file"):
         path = getattr(s, name)
         if path is not None and not os.path.isfile(path):
             raise SettingsError(f"{path!r} is not a readable file", name)
+    if s.sasl_password is not None and s.sasl_password_file is not None:
+        raise SettingsError(f"set it or {ENV_PREFIX}SASL_PASSWORD, not both", "sasl_password_file")
+    sasl = s.security_protocol.startswith("SASL_")
+    if sasl:
+        if not s.sasl_username:
+            raise SettingsError(f"required with {s.security_protocol}", "sasl_username")
+        if s.sasl_password is None and s.sasl_password_file is None:
+            raise SettingsError(
+                f"required with {s.security_protocol} (or {ENV_PREFIX}SASL_PASSWORD_FILE naming a file that holds it)",
+                "sasl_password")
+        if s.sasl_password_file is not None:
+            sasl_password(s)  # an unreadable or empty file is named now, not at the first connection
     if s.ssl_keyfile and not s.ssl_certfile:
         raise SettingsError("a key needs its certificate (ssl_certfile)", "ssl_keyfile")
+    if s.security_protocol.endswith("SSL"):
+        ssl_context(s)  # a key that does not fit its certificate is named now, not in a client's start
     for name in ("jobs_topic", "dlq_topic", "client_id"):
         if not getattr(s, name):
             raise SettingsError("must not be empty", name)
@@ -256,6 +276,20 @@ def _check(s: KafkaSettings) -> None:
         raise SettingsError("must be true, false or unset", "idempotence")
 
 
+def _check_unused(s: KafkaSettings) -> None:
+    """Credentials given for a protocol that does not use them: a variable set and the security
+    protocol forgotten, which would otherwise show only as a broker that never answers. Checked
+    on what the user gave (:meth:`KafkaSettings.from_env`), not on settings a command fitted to
+    a local broker (:func:`for_tansu`)."""
+    protocol = s.security_protocol
+    unused = [] if protocol.startswith("SASL_") else ["sasl_username", "sasl_password", "sasl_password_file"]
+    unused += [] if protocol.endswith("SSL") else ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
+    for name in unused:
+        if getattr(s, name) is not None:
+            needs = "SSL or SASL_SSL" if name.startswith("ssl_") else "SASL_PLAINTEXT or SASL_SSL"
+            raise SettingsError(f"is used only with {needs}, and {ENV_PREFIX}SECURITY_PROTOCOL is {protocol}", name)
+
+
 TANSU_SESSION_TIMEOUT_MS = 2_000
 """The session timeout of consumers on Tansu when the user set none. Tansu answers a
 JoinGroup only once half the session timeout has passed (it checks once a second), so
@@ -273,13 +307,44 @@ def for_tansu(s: KafkaSettings) -> KafkaSettings:
 
 
 def ssl_context(settings: KafkaSettings) -> ssl.SSLContext | None:
-    """The TLS context for SSL / SASL_SSL, None for plaintext protocols."""
+    """The TLS context for SSL / SASL_SSL (the broker's name checked against its certificate;
+    the client certificate presented when ``ssl_certfile`` is set), None for plaintext protocols.
+
+    Raises :class:`SettingsError` naming the file a context cannot be made from.
+    """
     if not settings.security_protocol.endswith("SSL"):
         return None
-    context: ssl.SSLContext = create_ssl_context(
-        cafile=settings.ssl_cafile, certfile=settings.ssl_certfile, keyfile=settings.ssl_keyfile
-    )
+    try:
+        context: ssl.SSLContext = create_ssl_context(cafile=settings.ssl_cafile)
+    except (ssl.SSLError, OSError) as exc:
+        raise SettingsError(f"{settings.ssl_cafile!r} holds no usable PEM certificate ({exc})", "ssl_cafile") from None
+    if settings.ssl_certfile is not None:
+        try:
+            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+        except (ssl.SSLError, OSError) as exc:
+            where = "ssl_keyfile" if settings.ssl_keyfile else "ssl_certfile"
+            raise SettingsError(
+                f"{settings.ssl_certfile!r} and {settings.ssl_keyfile or 'the key in it'!r} are not a PEM certificate "
+                f"and its unencrypted private key ({exc})", where) from None
     return context
+
+
+def sasl_password(settings: KafkaSettings) -> str | None:
+    """The SASL password: ``sasl_password``, or what ``sasl_password_file`` holds now (one
+    trailing newline dropped). Raises :class:`SettingsError` naming the file it cannot read."""
+    if settings.sasl_password_file is None:
+        return settings.sasl_password
+    path = settings.sasl_password_file
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read {path!r}: {exc}", "sasl_password_file") from None
+    text = text[:-1] if text.endswith("\n") else text
+    text = text[:-1] if text.endswith("\r") else text
+    if not text:
+        raise SettingsError(f"{path!r} is empty", "sasl_password_file")
+    return text
 
 
 def client_options(settings: KafkaSettings) -> dict[str, Any]:
@@ -294,5 +359,5 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
     if settings.security_protocol.startswith("SASL_"):
         options["sasl_mechanism"] = settings.sasl_mechanism
         options["sasl_plain_username"] = settings.sasl_username
-        options["sasl_plain_password"] = settings.sasl_password
+        options["sasl_plain_password"] = sasl_password(settings)
     return options
