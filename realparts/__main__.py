@@ -15,7 +15,7 @@ from realparts import caching, kafka, kube, strimzi, upstream
 
 def main() -> int:
     for name, ensure in (("kubernetes", kube.ensure_binaries), ("kafka", kafka.ensure_kafka),
-                         ("strimzi's KafkaTopic CRD", strimzi.ensure_kafkatopic_crd),
+                         ("strimzi's CRDs", strimzi.ensure_crd_directory),
                          (f"kubeflow's training-operator {upstream.VERSION}", upstream.ensure_binary)):
         started = time.monotonic()
         try:

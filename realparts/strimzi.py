@@ -1,11 +1,12 @@
-"""Strimzi's KafkaTopic CRD, for checking deploy/'s KafkaTopics against a real API server.
+"""Strimzi's CRDs, for checking deploy/'s KafkaTopics, KafkaUsers and Kafka cluster against a real API server.
 
 In: Maven Central (Strimzi publishes its API model, ``io.strimzi:api``, and the generator that
 makes its CRDs from that model, ``io.strimzi:crd-generator``; neither jar holds the CRD YAML
-itself). Out: ``<cache>/strimzi-crds-<version>/kafkatopics.kafka.strimzi.io.yaml``, made once per
-machine by running Strimzi's generator over Strimzi's model with the arguments of Strimzi's own
-build (``api/pom.xml``, execution ``generate-crd-co-install-v1``), for the versions Strimzi
-0.51 serves: ``v1`` and ``v1beta2`` (stored).
+itself). Out: ``<cache>/strimzi-crds-<version>-r2/<plural>.kafka.strimzi.io.yaml`` for each kind
+of :data:`CRDS` (KafkaTopic, KafkaUser, Kafka, KafkaNodePool), made once per machine by running
+Strimzi's generator over Strimzi's model with the arguments of Strimzi's own build
+(``api/pom.xml``, execution ``generate-crd-co-install-v1``), for the versions Strimzi 0.51
+serves: ``v1`` and ``v1beta2`` (stored). (``-r2``: the first cache held the KafkaTopic CRD only.)
 
 Versions: the model is Strimzi 0.51.0's. The generator is 0.45.0, the newest on Maven Central
 that runs on Java 17 (1.2.0's needs Java 21); it reads the model's annotations, so its output is
@@ -26,7 +27,17 @@ STRIMZI_API_VERSION = "0.51.0"
 CRD_GENERATOR_VERSION = "0.45.0"
 """``io.strimzi:crd-generator``: the newest published that runs on Java 17."""
 
-CRD_FILE = "kafkatopics.kafka.strimzi.io.yaml"
+CRDS = {
+    "KafkaTopic": ("kafkatopics.kafka.strimzi.io.yaml", "io.strimzi.api.kafka.model.topic.KafkaTopic"),
+    "KafkaUser": ("kafkausers.kafka.strimzi.io.yaml", "io.strimzi.api.kafka.model.user.KafkaUser"),
+    "Kafka": ("kafkas.kafka.strimzi.io.yaml", "io.strimzi.api.kafka.model.kafka.Kafka"),
+    "KafkaNodePool": ("kafkanodepools.kafka.strimzi.io.yaml", "io.strimzi.api.kafka.model.nodepool.KafkaNodePool"),
+}
+"""Kind → (CRD file, model class): what deploy/ makes (topics, users) and the cluster it expects."""
+
+CRD_FILE = CRDS["KafkaTopic"][0]
+
+_CACHE_NAME = f"strimzi-crds-{STRIMZI_API_VERSION}-r2"
 
 _POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -49,10 +60,21 @@ GENERATOR_ARGUMENTS = (
 """Strimzi's build's arguments (api/pom.xml), with the versions 0.51 serves."""
 
 
+def ensure_crd_directory() -> pathlib.Path:
+    """The directory of Strimzi's CRDs (YAML), made the first time on this machine; PartError
+    naming what is missing if they cannot be."""
+    return caching.cached(_CACHE_NAME, _build)
+
+
+def ensure_crds() -> dict[str, pathlib.Path]:
+    """Kind → path of Strimzi's CRD of that kind (:func:`ensure_crd_directory`)."""
+    directory = ensure_crd_directory()
+    return {kind: directory / file for kind, (file, _) in CRDS.items()}
+
+
 def ensure_kafkatopic_crd() -> pathlib.Path:
-    """The path of Strimzi's KafkaTopic CRD (YAML), made the first time on this machine;
-    PartError naming what is missing if it cannot be."""
-    return caching.cached(f"strimzi-crds-{STRIMZI_API_VERSION}", _build) / CRD_FILE
+    """The path of Strimzi's KafkaTopic CRD (YAML), made with the others (:func:`ensure_crds`)."""
+    return ensure_crds()["KafkaTopic"]
 
 
 def _run(command: list[str], directory: pathlib.Path, what: str) -> None:
@@ -72,9 +94,10 @@ def _build(directory: pathlib.Path) -> None:
     (directory / "pom.xml").write_text(_POM)
     _run([mvn, "-q", "-B", "dependency:copy-dependencies", "-DoutputDirectory=libs", "-DincludeScope=runtime"],
          directory, f"mvn fetching io.strimzi:api:{STRIMZI_API_VERSION} and its CRD generator")
-    target = directory / CRD_FILE
     _run([java, "-cp", str(directory / "libs" / "*"), "io.strimzi.crdgenerator.CrdGenerator", *GENERATOR_ARGUMENTS,
-          f"io.strimzi.api.kafka.model.topic.KafkaTopic={target}"], directory, "Strimzi's CRD generator")
-    if not target.is_file() or "kind: KafkaTopic" not in target.read_text():
-        raise caching.PartError(f"Strimzi's CRD generator left no KafkaTopic CRD in {target}")
+          *(f"{model}={directory / file}" for file, model in CRDS.values())], directory, "Strimzi's CRD generator")
+    for kind, (file, _) in CRDS.items():
+        target = directory / file
+        if not target.is_file() or f"kind: {kind}\n" not in target.read_text():
+            raise caching.PartError(f"Strimzi's CRD generator left no {kind} CRD in {target}")
     shutil.rmtree(directory / "libs")  # 40 MB of jars, needed only to make the file

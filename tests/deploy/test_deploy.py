@@ -10,8 +10,10 @@ them and no to a list of what no service may do; and the hub's services, acting 
 identities through the kubeconfigs ``kubeconfigs.sh`` builds, run jobs to the end with no request
 refused and no write beyond what was computed (the API server's audit log).
 
-Strimzi's KafkaTopic CRD, which the dry run needs, is made from Strimzi's artifacts on Maven
-Central (realparts/strimzi.py), at parts time, into the machine's cache.
+Strimzi's CRDs (KafkaTopic, KafkaUser, Kafka, KafkaNodePool), which the dry run needs, are made from
+Strimzi's artifacts on Maven Central (realparts/strimzi.py), at parts time, into the machine's cache.
+The bus's manifests are checked against what kto runs under: each service logs in as its own
+KafkaUser, whose ACLs are the table the real-tier tests run the services under (realparts/kafka.py).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ import pytest
 import yaml
 
 from kto import cli
-from realparts import caching, kube, strimzi
+from realparts import caching, certifying, kube, strimzi
+from realparts import kafka as real_kafka_part
 from services.watcher import watching
 from services.webhook import registering
 from shared.api import elastic, jobs
@@ -163,9 +166,41 @@ def test_every_container_command_is_one_kto_parses(overlay: str) -> None:
         assert parsed.command == args[0]
 
 
-def test_the_kafka_topics_are_the_ones_kto_makes_with_the_settings_the_services_get() -> None:
+KAFKA_SERVICES = {"kto-watcher": "watcher", "kto-reconciler": "reconciler", "kto-status": "status"}
+"""Deployment (the hub's watchers: its prefix) → the service whose KafkaUser it logs in as."""
+
+
+def kafka_service(deployment: str) -> str | None:
+    return next((s for d, s in KAFKA_SERVICES.items() if deployment == d or deployment.startswith(f"{d}-")), None)
+
+
+def pod_kafka_settings(overlay: str, deployment: dict[str, Any], tmp_path: pathlib.Path) -> bus_settings.KafkaSettings:
+    """The settings a pod of ``deployment`` reads: the ConfigMap and its env, the files it names stood in
+    for by files of ``tmp_path`` (a password, a CA's certificate) at the paths its Secrets are mounted."""
+    main = container(deployment)
+    env = {} if not main.get("envFrom") else dict(of_kind(overlay, "ConfigMap")["kto-kafka"]["data"])
+    assert all(list(source) == ["configMapRef"] for source in main.get("envFrom", [])), "one ConfigMap, no Secret"
+    env.update({e["name"]: e["value"] for e in main.get("env", []) if "value" in e})
+    mounts = {m["mountPath"]: m["name"] for m in main.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    ca = certifying.Authority(tmp_path / "ca", "stand-in cluster CA")
+    for name, value in list(env.items()):
+        if not name.endswith(("_FILE", "_CAFILE")):
+            continue
+        directory, _, key = value.rpartition("/")
+        secret = volumes[mounts[directory]]["secret"]
+        assert [item["path"] for item in secret["items"]] == [key], (name, secret)
+        stand_in = tmp_path / secret["secretName"] / key
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_bytes(ca.cert.read_bytes() if name.endswith("_CAFILE") else b"password")
+        env[name] = str(stand_in)
+    return bus_settings.KafkaSettings.from_env(env)
+
+
+def test_the_kafka_topics_are_the_ones_kto_makes_with_the_settings_the_services_get(tmp_path: pathlib.Path) -> None:
     for overlay in ("single-cluster", "multi-cluster/hub"):
-        settings = bus_settings.KafkaSettings.from_env(of_kind(overlay, "ConfigMap")["kto-kafka"]["data"])
+        deployment = of_kind(overlay, "Deployment")["kto-reconciler"]
+        settings = pod_kafka_settings(overlay, deployment, tmp_path / overlay.replace("/", "-"))
         topics = of_kind(overlay, "KafkaTopic")
         assert set(topics) == {settings.jobs_topic, settings.dlq_topic}
         for topic in topics.values():
@@ -176,6 +211,95 @@ def test_the_kafka_topics_are_the_ones_kto_makes_with_the_settings_the_services_
         host = settings.bootstrap.split(":")[0].split(".")
         assert host[0] == f"{topic['metadata']['labels']['strimzi.io/cluster']}-kafka-bootstrap"
         assert host[1] == topic["metadata"]["namespace"], "Strimzi's bootstrap Service is in the topics' namespace"
+
+
+def strimzi_acls(grant: real_kafka_part.Grant) -> list[dict[str, Any]]:
+    """A grant of the real-tier broker as the ACLs of a Strimzi KafkaUser (one entry per resource)."""
+    by_resource: dict[tuple[str, str], list[str]] = {}
+    names = {3: "Read", 4: "Write", 8: "Describe"}
+    for resource_type, name, operation in grant.acls():
+        by_resource.setdefault(("topic" if resource_type == 2 else "group", name), []).append(names[operation])
+    order = ("Read", "Write", "Describe")
+    return [{"resource": {"type": kind, "name": name, "patternType": "literal"},
+             "operations": sorted(operations, key=order.index)} for (kind, name), operations in by_resource.items()]
+
+
+@pytest.mark.parametrize("overlay", ["single-cluster", "multi-cluster/hub"])
+def test_each_service_logs_in_as_its_own_kafka_user_allowed_what_the_real_tier_runs_it_under(
+    overlay: str, tmp_path: pathlib.Path,
+) -> None:
+    users = of_kind(overlay, "KafkaUser")
+    assert set(users) == set(KAFKA_SERVICES)
+    cluster = of_kind("single-cluster", "KafkaTopic")["kto.jobs"]["metadata"]["labels"]["strimzi.io/cluster"]
+    deployments = {n: d for n, d in of_kind(overlay, "Deployment").items() if kafka_service(n)}
+    assert {kafka_service(n) for n in deployments} == set(KAFKA_SERVICES.values())
+    for name, deployment in deployments.items():
+        service = kafka_service(name)
+        settings = pod_kafka_settings(overlay, deployment, tmp_path / name)
+        assert (settings.security_protocol, settings.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512"), name
+        user = users[f"kto-{service}"]
+        assert settings.sasl_username == user["metadata"]["name"], name
+        assert pathlib.Path(str(settings.sasl_password_file)).parent.name == user["metadata"]["name"], \
+            "the password file is the user's own Secret's"
+        assert user["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
+        assert user["metadata"]["labels"]["strimzi.io/cluster"] == cluster
+        assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
+        args = [str(a) for a in container(deployment)["args"]]
+        group = getattr(cli.build_parser(args).parse_args(args), "group", None)
+        groups = {"reconciler_group": group} if service == "reconciler" else {"status_group": group} if group else {}
+        grant = {g.principal: g for g in real_kafka_part.kto_grants(settings, **groups)}[f"kto-{service}"]
+        assert user["spec"]["authorization"] == {"type": "simple", "acls": strimzi_acls(grant)}, name
+
+
+def test_the_kafka_cluster_kto_expects_has_the_listener_the_settings_name_and_lets_only_kto_reach_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    made = [d for d in yaml.safe_load_all(kubectl("kustomize", str(DEPLOY / "base" / "bus" / "kafka-cluster")).stdout)
+            if d]
+    kafka = next(d for d in made if d["kind"] == "Kafka")
+    pool = next(d for d in made if d["kind"] == "KafkaNodePool")
+    topic = of_kind("single-cluster", "KafkaTopic")["kto.jobs"]
+    assert kafka["metadata"]["name"] == pool["metadata"]["labels"]["strimzi.io/cluster"] == \
+        topic["metadata"]["labels"]["strimzi.io/cluster"]
+    assert kafka["metadata"]["namespace"] == pool["metadata"]["namespace"] == topic["metadata"]["namespace"]
+    settings = pod_kafka_settings("single-cluster", of_kind("single-cluster", "Deployment")["kto-watcher"], tmp_path)
+    [listener] = kafka["spec"]["kafka"]["listeners"]
+    assert settings.bootstrap == f"{kafka['metadata']['name']}-kafka-bootstrap.{kafka['metadata']['namespace']}.svc:" \
+                                 f"{listener['port']}"
+    assert listener["tls"] is True and listener["authentication"] == {"type": settings.sasl_mechanism.lower()}
+    assert kafka["spec"]["kafka"]["authorization"] == {"type": "simple"}
+    assert kafka["spec"]["entityOperator"]["userOperator"]["watchedNamespace"] == NAMESPACE
+    [peer] = listener["networkPolicyPeers"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    for overlay in ("single-cluster", "multi-cluster/hub"):
+        for name, deployment in of_kind(overlay, "Deployment").items():
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            assert peer["podSelector"]["matchLabels"].items() <= labels.items(), name
+
+
+def selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+    selector = policy["spec"]["podSelector"]
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In"
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def test_every_kto_pod_is_reachable_only_on_the_ports_it_serves() -> None:
+    policies = of_kind("single-cluster", "NetworkPolicy")
+    assert set(policies) == {"kto-webhook", "kto-services"}
+    for name, deployment in of_kind("single-cluster", "Deployment").items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        [policy] = [p for p in policies.values() if selects(p, labels)]
+        assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        [rule] = policy["spec"]["ingress"]
+        assert "from" not in rule, "pinned to the API server's addresses only in an overlay (docs/bus.md)"
+        served = {p["containerPort"] for p in container(deployment)["ports"]}
+        assert {(p["port"], p["protocol"]) for p in rule["ports"]} == {(port, "TCP") for port in served}, name
 
 
 def test_the_webhook_configurations_are_those_kto_registers_pointing_at_the_service() -> None:
@@ -379,7 +503,7 @@ def test_the_webhook_is_bound_to_no_role_and_mounts_no_token() -> None:
 
 @dataclasses.dataclass
 class Installed:
-    """The real cluster with Strimzi's KafkaTopic CRD and kto's namespaces, accounts and RBAC applied."""
+    """The real cluster with Strimzi's CRDs and kto's namespaces, accounts and RBAC applied."""
 
     cluster: tiers.RealCluster
 
@@ -395,18 +519,31 @@ tests' jobs while no webhook runs, and Deployments would start pods)."""
 @pytest.fixture(scope="module")
 def installed(real_cluster: tiers.RealCluster) -> Iterator[Installed]:
     try:
-        crd = strimzi.ensure_kafkatopic_crd()
+        crds = strimzi.ensure_crds()
     except caching.PartError as exc:
-        tiers.unavailable("Strimzi's KafkaTopic CRD", str(exc))
+        tiers.unavailable("Strimzi's CRDs", str(exc))
     setup = Installed(real_cluster)
-    setup.kubectl("apply", "-f", str(crd))
-    setup.kubectl("wait", "--for=condition=Established", "crd/kafkatopics.kafka.strimzi.io", "--timeout=60s")
+    for crd in crds.values():  # server-side: the Kafka CRD is too large for kubectl's last-applied annotation
+        setup.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    names = [f"crd/{crd.name.removesuffix('.yaml')}" for crd in crds.values()]
+    deadline = time.monotonic() + 60
+    # kubectl wait fails at once on a CRD the API server has given no status yet: ask again.
+    while setup.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, check=False).returncode:
+        assert time.monotonic() < deadline, f"{names} not Established within 60s"
+        time.sleep(0.5)
     namespaces = {t["metadata"]["namespace"] for t in of_kind("single-cluster", "KafkaTopic").values()}
     for namespace in namespaces:  # Strimzi's Kafka cluster's own namespace: not deploy/'s to make
         setup.kubectl("create", "namespace", namespace, check=False)
     applied = [o for o in objects("multi-cluster/member") if o["kind"] in RBAC_KINDS]
     setup.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(applied))
     yield setup
+
+
+def test_the_kafka_cluster_kto_expects_is_accepted_by_the_real_api_server(installed: Installed) -> None:
+    done = installed.kubectl("apply", "--dry-run=server", "-k", str(DEPLOY / "base" / "bus" / "kafka-cluster"))
+    assert done.stdout.split() == ["kafka.kafka.strimzi.io/kto", "created", "(server", "dry", "run)",
+                                   "kafkanodepool.kafka.strimzi.io/combined", "created", "(server", "dry", "run)"]
+    assert done.stderr == ""
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
