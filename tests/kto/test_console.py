@@ -375,6 +375,8 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: pathlib.Path) -> None:
             (["--kubeconfig", str(good), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
             (["--kubeconfig", str(good), "--trace-url", "http://jaeger/{id}"], "only {trace_id} may stand"),
             (["--kubeconfig", str(good), "--trace-url", "http://jaeger/"], "has no {trace_id}"),
+            (["--kubeconfig", str(good), "--allowed-host", "http://console.test/"],
+             "--allowed-host 'http://console.test/': not a host name (no scheme, path or spaces)"),
         ):
             result = kto_console(*args, cwd=tmp_path)
             assert result.returncode == 2, (args, result)
