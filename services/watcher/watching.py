@@ -73,10 +73,13 @@ watched so that its deletion (on suspend) and edits made to it are seen."""
 CHILD_TYPES: tuple[resources.ResourceType, ...] = (
     resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
     resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
-    resources.SECRETS, resources.BATCH_JOBS,  # an MPIJob v2beta1's SSH Secret and launcher Job
+    resources.BATCH_JOBS,  # an MPIJob v2beta1's launcher Job
     *UNLABELLED_TYPES,
 )
-"""Kinds of children watched (label-selected, except :data:`UNLABELLED_TYPES`)."""
+"""Kinds of children watched (label-selected, except :data:`UNLABELLED_TYPES`). Not Secrets:
+RBAC cannot grant a list or watch of the job-labelled ones only, and no decision waits for a
+Secret to change; the reconciler reads the SSH Secret it made by name
+(``shared.kube.hydrating``), so the watcher may not read any Secret."""
 
 WATCHED_TYPES: tuple[resources.ResourceType, ...] = (*resources.JOB_TYPES.values(), *CHILD_TYPES)
 """Everything one watcher lists and watches."""

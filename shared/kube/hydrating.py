@@ -2,7 +2,10 @@
 
 In: a client and a job's kind, namespace and name. Out: the job (None when it
 does not exist) and its children: one GET of the job and one label-selected
-LIST per child type the kind can have, all at once.
+LIST per child type the kind can have, all at once. Secrets are never listed:
+the SSH Secret kto makes for a job is read by its name (a TrainingJob's
+``<job>``, an MPIJob v2beta1's ``<job>-ssh``), so the reconciler needs no
+right to list Secrets, and the watcher does not watch them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 from typing import Any
 
 from shared.api import jobs
+from shared.core.mpi_v2 import planning as mpi_v2_planning
 from shared.kube import clients, resources
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -18,14 +22,21 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 MPI_APP_TYPES = (resources.CONFIGMAPS, resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS)
 """MPIJob children that upstream labels only with ``app: <job>``."""
 
-MPI_V2_TYPES = (resources.SERVICES, resources.SECRETS, resources.BATCH_JOBS)
-"""MPIJob v2beta1 children besides its pods and ConfigMap (which the ``app`` LIST finds)."""
+MPI_V2_TYPES = (resources.SERVICES, resources.BATCH_JOBS)
+"""MPIJob v2beta1 children besides its pods, ConfigMap (which the ``app`` LIST finds) and SSH Secret."""
 
 TRAINING_JOB_TYPES = (
-    resources.PODS, resources.SERVICES, resources.CONFIGMAPS, resources.SECRETS,
+    resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
     resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
 )
-"""A TrainingJob's children."""
+"""A TrainingJob's children besides its SSH Secret."""
+
+BY_NAME = ""
+"""Not a label: the child named like the job is read (GET): the elastic HPA, the PodGroup, a
+TrainingJob's SSH Secret."""
+
+MPI_SSH_SECRET = mpi_v2_planning.SSH_SECRET_SUFFIX
+"""Not a label: the child named ``<job>`` + this suffix is read: an MPIJob v2beta1's SSH Secret."""
 
 SCALER_TARGET = "spec.selector.name"
 """Not a label: the ScaleIns / ScaleOuts of the namespace whose ``spec.selector.name`` is the job."""
@@ -34,27 +45,34 @@ SCALER_TARGET = "spec.selector.name"
 def child_types(
     kind: str, pods_only: bool = False, podgroups: resources.ResourceType | None = None,
 ) -> list[tuple[resources.ResourceType, str]]:
-    """(resource type, label key) pairs to list for a job of ``kind`` (label key
-    "": read by the job's name); ``podgroups``: the PodGroup kind of gang mode."""
+    """(resource type, label key) pairs to list for a job of ``kind`` (:data:`BY_NAME`,
+    :data:`MPI_SSH_SECRET`: read by name, see :func:`reads_by_name`); ``podgroups``: the
+    PodGroup kind of gang mode."""
     if pods_only:
         # An MPIJob v2beta1's state is its launcher Job's: the status needs it too.
         return [(resources.PODS, JOB_NAME_LABEL), *([(resources.BATCH_JOBS, JOB_NAME_LABEL)] if kind == "MPIJob" else [])]
     if kind == resources.TRAININGJOBS.kind:
         # kto labels every child of a TrainingJob with the job name; its scalers name it.
-        return [*((rt, JOB_NAME_LABEL) for rt in TRAINING_JOB_TYPES),
+        return [*((rt, JOB_NAME_LABEL) for rt in TRAINING_JOB_TYPES), (resources.SECRETS, BY_NAME),
                 *((rt, SCALER_TARGET) for rt in resources.SCALER_TYPES.values())]
     types = [(resources.PODS, JOB_NAME_LABEL)]
     if kind == "MPIJob":
         types += [(rt, "app") for rt in MPI_APP_TYPES]
         # Which version wrote the job is known once it is read: list v2beta1's children too.
         types += [(rt, JOB_NAME_LABEL) for rt in MPI_V2_TYPES]
+        types.append((resources.SECRETS, MPI_SSH_SECRET))
     else:
         types.append((resources.SERVICES, JOB_NAME_LABEL))
     if kind == "PyTorchJob":
-        types.append((resources.HPAS, ""))
+        types.append((resources.HPAS, BY_NAME))
     if podgroups is not None:
-        types.append((podgroups, ""))  # named like the job, without labels (as upstream)
+        types.append((podgroups, BY_NAME))  # named like the job, without labels (as upstream)
     return types
+
+
+def reads_by_name(label: str) -> bool:
+    """Whether a :func:`child_types` entry is a GET by name rather than a LIST."""
+    return label in (BY_NAME, MPI_SSH_SECRET)
 
 
 async def hydrate(
@@ -93,16 +111,16 @@ async def _job(
 async def _children(
     client: clients.KubeClient, rt: resources.ResourceType, label: str, namespace: str, name: str,
 ) -> list[dict[str, Any]]:
-    """The job's children of one type: a label-selected LIST, or a GET by the job's
-    name for a type without the label (the elastic HPA, the PodGroup)."""
+    """The job's children of one type: a label-selected LIST, or a GET by name for a type
+    without the label (the elastic HPA, the PodGroup) and for the SSH Secret."""
     if label == SCALER_TARGET:
         items, _ = await client.list(rt, namespace)
         return [i for i in items if ((i.get("spec") or {}).get("selector") or {}).get("name") == name]
-    if label:
+    if not reads_by_name(label):
         items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
         return items
     try:
-        item = await client.get(rt, namespace, name)
+        item = await client.get(rt, namespace, name + (MPI_SSH_SECRET if label == MPI_SSH_SECRET else ""))
     except clients.ApiError as exc:
         if exc.not_found:
             return []

@@ -417,6 +417,13 @@ def _granted_by(role: dict[str, Any]) -> set[Rule]:
             for resource in rule["resources"] for verb in rule["verbs"]}
 
 
+DELETED_KINDS = {"Pod", "Service", "PodGroup", "HorizontalPodAutoscaler"}
+"""The children a decision deletes: pods and Services (shared/core/reconciling.py, the elastic
+core's Pass.delete_workers and delete_launcher, mpi_v2's scale-down and cleanup), PodGroups and
+the elastic HPA (reconciling._children_to_drop, mpi_v2's gang cleanup). The others (ConfigMaps,
+Secrets, ServiceAccounts, Roles, RoleBindings, launcher Jobs) go with the job, by garbage collection."""
+
+
 def needed(service: str) -> set[Rule]:
     """Every (scope, group, resource, verb) the service's code calls, from the code's own tables."""
     found: set[Rule] = set()
@@ -440,9 +447,9 @@ def needed(service: str) -> set[Rule]:
         found |= _rules("cluster", job_type, "get")
         for podgroups in (None, resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS):
             for rt, label in hydrating.child_types(kind, podgroups=podgroups):
-                found |= _rules("cluster", rt, "list" if label else "get")
-    for rt in resources.CHILD_TYPES:  # decisions create and delete children of every kind
-        found |= _rules("cluster", rt, "create", "delete")
+                found |= _rules("cluster", rt, "get" if hydrating.reads_by_name(label) else "list")
+    for rt in resources.CHILD_TYPES:  # decisions create children of every kind, delete only some
+        found |= _rules("cluster", rt, "create", *(["delete"] if rt.kind in DELETED_KINDS else []))
     updated = {kind for kind in core_reconciling.UPDATABLE_KINDS}  # v1 updates (PUT)
     updated |= {"Service", "ConfigMap", "Secret", "PodGroup", "Job"}  # mpi_v2/reconciling.py _get_or_create, launcher
     for rt in resources.CHILD_TYPES:
@@ -639,10 +646,12 @@ def resource_arg(group: str, resource: str) -> str:
 
 FORBIDDEN: dict[str, list[tuple[str, str, str | None]]] = {
     "watcher": [("create", "pods", "default"), ("delete", "pods", "default"), ("get", "secrets", "default"),
+                ("list", "secrets", None), ("watch", "secrets", "default"),
                 ("update", "pytorchjobs.kubeflow.org/status", "default"), ("patch", "pytorchjobs.kubeflow.org", "default"),
                 ("create", "leases.coordination.k8s.io", "default"), ("update", "leases.coordination.k8s.io", "default"),
                 ("delete", "leases.coordination.k8s.io", NAMESPACE), ("create", "events", "default")],
-    "reconciler": [("delete", "namespaces", None), ("get", "secrets", "default"), ("watch", "secrets", "default"),
+    "reconciler": [("delete", "namespaces", None), ("list", "secrets", None), ("list", "secrets", "default"),
+                   ("watch", "secrets", "default"), ("delete", "secrets", "default"),
                    ("update", "pytorchjobs.kubeflow.org/status", "default"), ("update", "pytorchjobs.kubeflow.org", "default"),
                    ("create", "pytorchjobs.kubeflow.org", "default"), ("update", "pods", "default"),
                    ("patch", "pods", "default"), ("deletecollection", "pods", "default"), ("get", "nodes", None),
