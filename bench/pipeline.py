@@ -25,6 +25,10 @@ sim's ``creationTimestamp`` has one-second resolution, too coarse for ms):
   benchmark's own job creates (kto never creates jobs) and the watchers'
   Lease renewals (periodic, not per job; reported apart) and Events, divided
   by jobs; the goal is 2N+3 for an N-replica job.
+* ``api_reads_per_job`` — gets and lists in the same logs (watches and Leases
+  apart), divided by jobs: the reads kto makes per job, the ones that confirm an
+  act on the API server's word (docs/security.md) among them. The benchmark's
+  own few lists (its watches' starts) are in the count on sim/.
 * ``event_writes_per_job`` — Event creates and patches (upstream's reasons,
   combined per pass and counted on repeat), divided by jobs; the goal is N+3.
 * ``jobs_per_s`` — jobs Succeeded / (last Succeeded seen − first POST): end to
@@ -50,6 +54,8 @@ from realparts import kube
 from shared.kube import clients, resources
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+READ_VERBS = frozenset({"get", "list"})
+"""Reads counted per job: a worker's look at the API server (hydration, and the reads that confirm an act)."""
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 PYTORCHJOBS = resources.JOB_TYPES["PyTorchJob"]
@@ -186,6 +192,8 @@ class Result:
     lease_writes: int
     certificate_writes: int = 0
     """Writes of a webhook certificate's rotation (:func:`_certificate_housekeeping`), no job's."""
+    reads: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """``verb resource[/subresource]`` → count of gets and lists (watches and Leases apart)."""
 
     def figures(self) -> dict[str, Any]:
         s = self.settings
@@ -224,6 +232,8 @@ class Result:
             "event_writes_per_job": round(event_writes / s.jobs, 2),
             "event_writes_goal_per_job": s.replicas + 3,
             "api_writes_by_kind": dict(sorted(self.writes.items())),
+            "api_reads_per_job": round(sum(self.reads.values()) / s.jobs, 2),
+            "api_reads_by_kind": dict(sorted(self.reads.items())),
             "lease_writes": self.lease_writes,
             "certificate_writes": self.certificate_writes,
         }
@@ -341,14 +351,18 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
                              f"{settings.timeout:g}s: {', '.join(stuck[:5])}{' …' if len(stuck) > 5 else ''}")
         finished = max(j.succeeded for j in jobs.values() if j.succeeded is not None)
         writes: collections.Counter[str] = collections.Counter()
+        reads: collections.Counter[str] = collections.Counter()
         lease_writes = certificate_writes = 0
         for context, client in kube.items():
             entries, _ = await _request_log(client, log_start[context], audit.get(context))
             for entry in entries:
                 verb, resource = entry.get("verb"), str(entry.get("resource") or "")
+                plural = resource.split(".")[0]  # the sim logs "plural.group" for grouped kinds
+                if verb in READ_VERBS and plural != resources.LEASES.plural:
+                    sub = entry.get("subresource")
+                    reads[f"{verb} {resource}{'/' + sub if sub else ''}"] += 1
                 if verb not in WRITE_VERBS:
                     continue
-                plural = resource.split(".")[0]  # the sim logs "plural.group" for grouped kinds
                 if plural == PYTORCHJOBS.plural and verb == "create" and not entry.get("subresource"):
                     continue  # the benchmark's own submissions
                 if plural == resources.LEASES.plural:
@@ -362,7 +376,8 @@ async def run(target: Target, settings: PipelineSettings) -> Result:
     finally:
         for client in kube.values():
             await asyncio.shield(client.close())
-    return Result(settings, len(target.contexts), started, finished, jobs, writes, lease_writes, certificate_writes)
+    return Result(settings, len(target.contexts), started, finished, jobs, writes, lease_writes, certificate_writes,
+                  reads)
 
 
 def _certificate_housekeeping(plural: str, name: str) -> bool:

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "history": "kto.commands.history",
     "export": "kto.commands.export",
     "replay": "kto.commands.replay",
+    "keys": "kto.commands.keys",
     "console": "kto.commands.console",
     "sim-bench": "kto.commands.sim_bench",
 }

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import fcntl
 import logging
 import os
@@ -45,6 +46,7 @@ import yaml
 
 from shared import lifecycle
 from shared.bus import settings as bus_settings
+from shared.bus import signing
 from shared.kube import clients, resources
 
 log = logging.getLogger("kto.stack")
@@ -58,6 +60,9 @@ CRD_DIR = REPO_ROOT / "deploy" / "crds"
 CONTROL_PLANES = ("sim", "kube")
 BROKERS = ("tansu", "kafka")
 RUNTIMES = ("simulated", "process")
+
+KEYRING_FILE = "keys.json"
+"""The signing keys ``kto up`` makes in its state dir (docs/security.md)."""
 
 CONTEXT_PREFIX = "kto-"
 """Cluster i (from 1) is context, cluster and user ``kto-i`` in the merged kubeconfig."""
@@ -453,6 +458,9 @@ class Stack(lifecycle.Started):
         """Service name → ``127.0.0.1:PORT`` of its ``/metrics`` (``settings.metrics_port_base``)."""
         self.scrape_config = self.state_dir / "prometheus.yml"
         """A Prometheus config scraping :attr:`metrics_targets`, written when there are any."""
+        self.keyring = os.environ.get(signing.ENV, "").strip() or str(self.state_dir / KEYRING_FILE)
+        """The services' signing keys (``KTO_SIGNING_KEYS``): the user's when set, else made once in
+        the state dir and kept, so ``kto history --verify`` checks records of earlier runs too."""
         self.children: list[Child] = []
         self._tiers: list[list[Child]] = []
         """Children in start order, grouped; stopped last tier first."""
@@ -498,7 +506,21 @@ class Stack(lifecycle.Started):
         env = child_env()
         if self.bootstrap:
             env.update(self.kafka.to_env())
+        env[signing.ENV] = self.keyring
         return env
+
+    def _make_keys(self) -> None:
+        """The keyring of :attr:`keyring`, made when it is kto's own and missing; a user's is only checked."""
+        own = pathlib.Path(self.keyring) == self.state_dir / KEYRING_FILE
+        if own and not (self.state_dir / KEYRING_FILE).exists():
+            signing.new_keyring(self.state_dir / KEYRING_FILE, dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S"))
+        try:
+            keyring = signing.Keyring.from_env({signing.ENV: self.keyring})
+            assert keyring is not None
+            for role in ("watcher", "reconciler", "status"):
+                keyring.active_private(role)
+        except signing.KeyringError as exc:
+            raise StackError(str(exc)) from None
 
     def _child(self, name: str, *argv: str) -> Child:
         child = Child(name, argv, self.log_dir / f"{name}.log", self._env())
@@ -519,6 +541,7 @@ class Stack(lifecycle.Started):
         for old in self.log_dir.glob("*.log"):
             old.unlink()
         self.scrape_config.unlink(missing_ok=True)
+        self._make_keys()
         if s.kafka is not None:
             self.bootstrap = s.kafka.bootstrap
         else:

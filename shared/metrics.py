@@ -57,6 +57,7 @@ CONSUMER_LAG = "kto_consumer_lag"
 RECORDS_CONSUMED = "kto_records_consumed_total"
 RECORDS_PUBLISHED = "kto_records_published_total"
 RECORDS_DEAD_LETTERED = "kto_records_dead_lettered_total"
+RECORDS_REJECTED = "kto_records_rejected_total"
 STATUS_WRITES = "kto_status_writes_total"
 STATUS_WRITES_SKIPPED = "kto_status_writes_skipped_total"
 
@@ -206,6 +207,9 @@ class ServiceMetrics:
                                          "header (dead-letter copies excluded).", ["type"])
         self.records_dead_lettered = counter(RECORDS_DEAD_LETTERED, "Records written to the dead-letter topic, "
                                              "by kto-type header.", ["type"])
+        self.records_rejected = counter(RECORDS_REJECTED, "Records refused as not authentic (never acted on, "
+                                        "dead-lettered), by reason: unsigned, unknown_key, retired_key, "
+                                        "bad_signature, role.", ["reason"])
         self.status_writes = counter(STATUS_WRITES, "Job status writes, by job kind.", ["kind"])
         self.status_writes_skipped = counter(STATUS_WRITES_SKIPPED, "Status passes that wrote nothing: the "
                                              "stored status was already the computed one.", ["kind"])
@@ -243,6 +247,8 @@ class ServiceMetrics:
             self.records_consumed.labels(self._type(attributes.get("type"))).inc()
         elif event.name == events.DEAD_LETTERED:
             self.records_dead_lettered.labels(self._type(attributes.get("type"))).inc()
+        elif event.name == events.REJECTED:
+            self.records_rejected.labels(str(attributes.get("reason") or "unknown")).inc()
         elif event.name == events.SEND_DONE and attributes.get("topic") != self._dead_letter_topic:
             tag = self._type(attributes.get("type"))
             self.records_published.labels(tag).inc()

@@ -29,7 +29,7 @@ from typing import Protocol
 from opentelemetry import context as otel_context
 
 from shared import health, metrics, tracing
-from shared.bus import consuming, producing, records
+from shared.bus import consuming, producing, records, signing
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, connecting
 
@@ -192,7 +192,9 @@ async def run(
     clusters = connecting.ClusterClients(identity.kubeconfig, identity.in_cluster_name, service_metrics.on_request)
     checks = health.Health()
     started = checks.gate("consumer", "the consumer has not started yet")
-    publisher = producing.Publisher(kafka, identity.service, identity.instance, on_event=[service_metrics.on_bus_event])
+    keyring = signing.Keyring.from_env()
+    publisher = producing.Publisher(kafka, identity.service, identity.instance, on_event=[service_metrics.on_bus_event],
+                                    signer=None if keyring is None else keyring.signer(identity.service))
     checks.add("broker", publisher.ping)
     add_cluster_checks(checks, clusters, cluster_names(identity.kubeconfig, identity.in_cluster_name))
     async with contextlib.AsyncExitStack() as stack:
@@ -213,11 +215,14 @@ async def run(
                 on_event=[service_metrics.on_bus_event],
                 on_revoked=worker.forget,
                 concurrency_limit=identity.concurrency, span_name=identity.span_name,
-                instance=identity.instance,
+                instance=identity.instance, keyring=keyring,
                 retriable=lambda exc: getattr(exc, "retriable", False) is True,
             )
         )
         service_metrics.watch_lag(consumer, identity.group_id)
         started()
+        if keyring is None:
+            log.warning("%s: records are neither signed nor verified (%s is unset): anyone who can write the topic "
+                        "can make this worker act; see docs/security.md", identity.service, signing.ENV)
         on_ready()
         await consumer.run()

@@ -15,7 +15,7 @@ import pathlib
 
 from kto import serving
 
-HELP = "Run a seeded chaos run (kills, broker restart, API faults, malformed input) and check invariants."
+HELP = "Run a seeded chaos run (kills, broker restart, API faults, malformed and forged records) and check invariants."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,9 +3,11 @@
 In: the broker (``KTO_KAFKA_*`` or ``--bootstrap``), which jobs (every one, or
 those of ``-n`` / ``--cluster``) and a time window (``--since``, ``--until``).
 Out: ``DIR/<topic>-<partition>.jsonl``, one line per record in log order:
-``{"partition", "offset", "timestamp_ms", "key", "trace_id", "value"}`` where
-``value`` is the record exactly as it was on the wire (UTF-8 text), so an
-archived trail decodes as the live one does. ``kto history --from DIR`` reads
+``{"partition", "offset", "timestamp_ms", "key", "trace_id", "value", "signature"}`` where
+``value`` is the record exactly as it was on the wire (UTF-8 text) and
+``signature`` its ``kto-type`` / ``kto-kid`` / ``kto-sig`` headers (base64), so an
+archived trail decodes, and is verified (``kto history --from DIR --verify``), as the
+live one is. ``kto history --from DIR`` reads
 these files instead of the broker. Existing files in DIR are replaced.
 
 The trail holds every job's specs and statuses, so it is written for its owner
@@ -116,6 +118,7 @@ async def _export(args: argparse.Namespace, settings: Any, since_ms: int | None,
             handle.write(json.dumps({
                 "partition": raw.partition, "offset": raw.offset, "timestamp_ms": raw.timestamp_ms, "key": raw.key,
                 "trace_id": raw.trace_id, "value": raw.value.decode("utf-8", errors="replace"),
+                "signature": reading.signature_to_json(raw.signature),
             }) + "\n")
             count += 1
     finally:

@@ -38,6 +38,7 @@ examples:
   kto history mpijob pi --timeline
   kto history --all -n team-a --since 1h -o json
   kto history -n team-a trainingjob/elastic-training --follow
+  kto history -n team-a pytorchjob/mnist --verify      # which records are authentic
 The broker is KTO_KAFKA_BOOTSTRAP (what `kto up` printed as bootstrap=...) unless
 --bootstrap is given.
 """
@@ -74,6 +75,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser.add_argument("--timeline", action="store_true", help="also one row per pod: created, scheduled, running, restarts, finished")
     parser.add_argument("--follow", "-f", action="store_true", help="keep reading new records (Ctrl-C stops)")
+    add_keys(parser)
+    parser.add_argument("--verify", action="store_true",
+                        help="say of every record whether it is authentic (an AUTH column, a count on stderr; "
+                             "exit code 3 when any is not); needs the signing keys")
+
+
+def add_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keys", default=None, metavar="PATH[,PATH]",
+                        help="the signing keyring (default: KTO_SIGNING_KEYS, else .kto/keys.json when it exists); "
+                             "with it, records that are not authentic are shown as REJECTED")
+
+
+def keyring(args: argparse.Namespace, required: bool, command: str = "history") -> Any:
+    """The keyring of ``--keys``, ``KTO_SIGNING_KEYS`` or ``kto up``'s ``.kto/keys.json``; None when there is
+    none and none is ``required``."""
+    from kto.cli import UserError
+    from shared.bus import signing
+
+    paths = args.keys or os.environ.get(signing.ENV, "").strip()
+    if not paths and pathlib.Path(".kto/keys.json").exists():
+        paths = ".kto/keys.json"
+    if not paths:
+        if required:
+            raise UserError(f"kto {command} --verify needs the signing keys: --keys PATH or {signing.ENV} "
+                            f"(kto up keeps its own in .kto/keys.json)")
+        return None
+    try:
+        return signing.Keyring.from_env({signing.ENV: paths})
+    except signing.KeyringError as exc:
+        raise UserError(str(exc)) from None
 
 
 def add_selection(parser: argparse.ArgumentParser, all_help: str) -> None:
@@ -178,9 +209,22 @@ def _what(entry: Any) -> tuple[str, str, str]:
     return source, record.action, detail[:160]
 
 
+def authenticity(entry: Any) -> str:
+    """What the AUTH column says of an entry: the key that signed it, or why it is not authentic."""
+    verdict = entry.verdict
+    if verdict is None:
+        return ""
+    return f"signed {verdict.key_id}" if verdict.authentic else f"NOT AUTHENTIC: {verdict.reason}"
+
+
 def _dict(entry: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"partition": entry.partition, "offset": entry.offset, "time": when(entry.timestamp_ms),
                            "key": entry.key, "trace_id": entry.trace_id}
+    if entry.verdict is not None:
+        out["authentic"] = entry.verdict.authentic
+        out["signed_by"] = entry.verdict.key_id
+        if not entry.verdict.authentic:
+            out["rejected"] = entry.verdict.reason
     if entry.record is None:
         out["error"] = entry.error
     else:
@@ -228,10 +272,12 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _row(entry: Any, with_key: bool) -> list[str]:
+def _row(entry: Any, with_key: bool, verify: bool = False) -> list[str]:
     source, event, detail = _what(entry)
+    if entry.verdict is not None and not entry.verdict.authentic:
+        event = f"REJECTED {event}"  # never acted on by a worker: dead-lettered with this reason
     row = [f"{entry.partition}/{entry.offset}", when(entry.timestamp_ms), source, event, detail,
-           entry.trace_id[:16]]
+           entry.trace_id[:16]] + ([authenticity(entry)] if verify else [])
     return [printable(cell) for cell in ([entry.key, *row] if with_key else row)]
 
 
@@ -240,17 +286,20 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
     from shared.bus import reading
 
     with_key = args.all or key is None and args.cluster is None
-    header = (["KEY"] if with_key else []) + ["OFFSET", "TIME", "SOURCE", "EVENT", "DETAIL", "TRACE"]
+    verify = bool(getattr(args, "verify", False))
+    header = (["KEY"] if with_key else []) + ["OFFSET", "TIME", "SOURCE", "EVENT", "DETAIL", "TRACE"] + (
+        ["AUTH"] if verify else [])
+    keys = keyring(args, verify)
     entries: list[Any] = []
-    stream = (archived(args.from_dir, accept, since_ms, until_ms) if args.from_dir is not None else
+    stream = (archived(args.from_dir, accept, since_ms, until_ms, keys=keys) if args.from_dir is not None else
               _decoded(reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
-                                    follow=args.follow)))
+                                    follow=args.follow), keys))
     if args.follow:
         if args.output == "table":
             print("   ".join(header), flush=True)
         async for entry in stream:
             if args.output == "table":
-                print("   ".join(_row(entry, with_key)), flush=True)
+                print("   ".join(_row(entry, with_key, verify)), flush=True)
             else:
                 print(json.dumps(_dict(entry)), flush=True)
         return 0
@@ -263,15 +312,20 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
         print(f"kto history: no {what} in {where}" + (" in that time window" if since_ms or until_ms else ""),
               file=sys.stderr)
         return 1
+    rejected = sum(1 for e in entries if e.verdict is not None and not e.verdict.authentic)
+    if verify:
+        print(f"kto history: {len(entries) - rejected} of {len(entries)} records authentic, {rejected} not",
+              file=sys.stderr)
+    code = 3 if verify and rejected else 0
     if args.output == "table":
-        print(_table([_row(e, with_key) for e in entries], header))
+        print(_table([_row(e, with_key, verify) for e in entries], header))
         if args.timeline:
             pods = timeline(entries)
             print()
             columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"]
             print(_table([[printable(str(p[c])) for c in columns] for p in pods], [c.upper() for c in columns])
                   if pods else "(no pod observed)")
-        return 0
+        return code
     document: dict[str, Any] = {"records": [_dict(e) for e in entries]}
     if args.timeline:
         document["timeline"] = timeline(entries)
@@ -281,16 +335,16 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
         import yaml
 
         print(yaml.safe_dump(document, sort_keys=False), end="")
-    return 0
+    return code
 
 
-async def _decoded(raw_entries: Any) -> Any:
+async def _decoded(raw_entries: Any, keys: Any = None) -> Any:
     async for raw in raw_entries:
-        yield raw.decoded()
+        yield raw.decoded(keys)
 
 
 async def archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
-                   until_ms: int | None, command: str = "history") -> Any:
+                   until_ms: int | None, command: str = "history", keys: Any = None) -> Any:
     """The entries of ``kto export``'s files; a line that is not an exported record is
     reported with its file and line number and skipped."""
     from kto.cli import UserError
@@ -305,7 +359,8 @@ async def archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
                 try:
                     row = json.loads(line)
                     raw = reading.RawEntry(int(row["partition"]), int(row["offset"]), int(row["timestamp_ms"]),
-                                           str(row["key"]), str(row["value"]).encode(), str(row.get("trace_id", "")))
+                                           str(row["key"]), str(row["value"]).encode(), str(row.get("trace_id", "")),
+                                           reading.signature_from_json(row.get("signature")))
                 except (ValueError, KeyError, TypeError) as exc:
                     print(f"kto {command}: {path}:{number}: not an exported record ({printable(str(exc))}); skipped",
                           file=sys.stderr)
@@ -313,7 +368,7 @@ async def archived(directory: pathlib.Path, accept: Any, since_ms: int | None,
                 if not accept(raw.key) or since_ms is not None and raw.timestamp_ms < since_ms or \
                         until_ms is not None and raw.timestamp_ms > until_ms:
                     continue
-                yield raw.decoded()
+                yield raw.decoded(keys)
 
 
 def kafka_settings(args: argparse.Namespace) -> Any:

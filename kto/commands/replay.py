@@ -7,7 +7,10 @@ In: a job chosen as ``kto history`` chooses it (``-n NS pytorchjob/NAME``,
 status writes and acts checked, OK or the first divergence with the recorded and
 the derived side — then a summary with the throughput; ``-o json`` for all of it.
 Exit 0 when nothing diverged, 1 on any divergence (records that could not be
-checked are listed, with why, and do not fail the run), 2 for bad input.
+checked are listed, with why, and do not fail the run), 2 for bad input, 3 with
+``--verify`` when a record is not authentic. With the signing keys (``--keys``,
+``KTO_SIGNING_KEYS`` or ``.kto/keys.json``) every record is said authentic or not;
+one that is not was never acted on, and is listed instead of replayed.
 See :mod:`shared.bus.replaying` for what is checked.
 """
 
@@ -40,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     history.add_selection(parser, "every job of the log (of -n NAMESPACE and/or --cluster when given)")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    history.add_keys(parser)
+    parser.add_argument("--verify", action="store_true",
+                        help="require the signing keys; exit code 3 when a record is not authentic")
 
 
 def _replay_selection(args: argparse.Namespace) -> tuple[str | None, Any]:
@@ -62,19 +68,34 @@ async def _replay(args: argparse.Namespace, settings: Any, key: str | None, acce
     started = time.process_time()
     wall = time.monotonic()
     replayer = replaying.Replayer()
+    keys = history.keyring(args, args.verify, "replay")
     count = 0
-    if args.from_dir is not None:
-        async for entry in history.archived(args.from_dir, accept, since_ms, until_ms, "replay"):
+    authentic: dict[str, int] = {}
+    refused: dict[str, list[str]] = {}
+
+    def take(entry: Any) -> None:
+        # A record that is not authentic was never acted on (every worker dead-lettered it): it is
+        # said, not replayed.
+        if entry.verdict is not None and not entry.verdict.authentic:
+            refused.setdefault(entry.key, []).append(f"offset {entry.offset}: {entry.verdict.reason}")
+        else:
+            authentic[entry.key] = authentic.get(entry.key, 0) + (entry.verdict is not None)
             replayer.add(entry)
+
+    if args.from_dir is not None:
+        async for entry in history.archived(args.from_dir, accept, since_ms, until_ms, "replay", keys=keys):
+            take(entry)
             count += 1
     else:
         async for raw in reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms):
-            replayer.add(raw.decoded())
+            take(raw.decoded(keys))
             count += 1
     read_cpu = time.process_time() - started
     reports = list(replayer.reports())
     cpu = time.process_time() - started
-    if not reports:
+    not_authentic = sum(len(v) for v in refused.values())
+    code = 3 if args.verify and not_authentic else 0
+    if not reports and not refused:
         where = args.from_dir if args.from_dir is not None else settings.jobs_topic
         what = "records" if args.all else f"records of {'/'.join(args.job)} (namespace {args.namespace or 'default'})"
         print(f"kto replay: no {what} in {where}", file=sys.stderr)
@@ -89,11 +110,19 @@ async def _replay(args: argparse.Namespace, settings: Any, key: str | None, acce
         "records_per_cpu_second": round(count / cpu) if cpu > 0 else None,
         "wall_seconds": round(time.monotonic() - wall, 3),
     }
+    if keys is not None:
+        figures.update(authentic=sum(authentic.values()), not_authentic=not_authentic)
     if args.output == "json":
-        print(json.dumps({"summary": figures, "jobs": [r.dump() for r in reports]}, indent=2, default=str))
-        return 1 if diverged else 0
+        jobs = [{**r.dump(), **({"authentic": authentic.get(r.key, 0), "not_authentic": refused.get(r.key, [])}
+                                if keys is not None else {})} for r in reports]
+        jobs += [{"key": k, "authentic": 0, "not_authentic": v} for k, v in refused.items()
+                 if k not in {r.key for r in reports}]
+        print(json.dumps({"summary": figures, "jobs": jobs}, indent=2, default=str))
+        return 1 if diverged else code
     for report in reports:
         checked = f"{report.records} records, {report.passes} passes, {report.statuses} statuses, {report.acts} acts"
+        if keys is not None:
+            checked += f"; {authentic.get(report.key, 0)} authentic, {len(refused.get(report.key, []))} not"
         if report.ok:
             print(f"{report.key}  OK  ({checked})")
         else:
@@ -106,10 +135,17 @@ async def _replay(args: argparse.Namespace, settings: Any, key: str | None, acce
             print(f"    not checked: {line}")
         if len(report.unverifiable) > 5:
             print(f"    not checked: … and {len(report.unverifiable) - 5} more")
+    for job_key, reasons in sorted(refused.items()):
+        for line in reasons[:5]:
+            print(f"{history.printable(job_key)}  NOT AUTHENTIC {history.printable(line)}")
+        if len(reasons) > 5:
+            print(f"{history.printable(job_key)}  NOT AUTHENTIC … and {len(reasons) - 5} more")
     print(f"replayed {figures['jobs']} jobs, {count} records: {len(diverged)} diverged, {unverifiable} records not "
           f"checked; {figures['passes']} passes, {figures['statuses']} status writes, {figures['acts']} acts made "
-          f"again in {cpu:.2f} s CPU ({figures['records_per_cpu_second']} records/s)")
-    return 1 if diverged else 0
+          f"again in {cpu:.2f} s CPU ({figures['records_per_cpu_second']} records/s)"
+          + (f"; {figures['authentic']} records authentic, {not_authentic} not (never acted on)" if keys is not None
+             else ""))
+    return 1 if diverged else code
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -102,6 +103,8 @@ class Reconciler:
         """Job key → id of the last ``reconcile_pass`` record this process wrote for it: every
         act after it names it (``detail.pass``), so replay checks the act against that plan."""
         self._events = recording.Recorder(settings.instance)
+        self._confirmations = 0
+        """Passes that read the API server before acting because the view held a record's word."""
         self._warned: dict[str, set[tuple[str, str, str]]] = {}
         """Job key → (uid, reason, message) of the Warning Events this process recorded."""
         """Job key → the job as its last decision saw it: the old object an update is validated against."""
@@ -137,14 +140,17 @@ class Reconciler:
                 return True
             return record.action == "timer_fired" or records.is_wake(record, "reconciler")
         own_delete = record.event == "DELETED" and self._deletion_seen(record.key, record.object)
+        # The view now holds a record's word: a pass that would act reads the API server first.
+        view.read_back = False
         if not record.omitted and record.event != "DELETED":
             view.note_logged(record.object, record.object_kind in RECONCILED_KINDS)
         if record.object_kind in RECONCILED_KINDS:
             self._job_seen[record.key] = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
-            if (record.omitted or record.redacted) and record.event != "DELETED":
-                # The record lacks what pods are planned from (a stand-in, or env
-                # values redacted on the wire): read the job from the API server.
+            if record.omitted and record.event != "DELETED":
+                # A stand-in (too large or deep for a record) holds no spec to decide from:
+                # read the job from the API server. (Values replaced on the wire change no
+                # decision of whether to act, and an act is decided again on what is read.)
                 view.hydrated = False
             return True
         # A pod being scheduled or getting an IP changes no decision: no reconcile for it.
@@ -255,11 +261,8 @@ class Reconciler:
             view.replace_job(None)
         else:
             view.replace_job(job)
-            # The API server's list is the truth: what the view held and the list lacks is
-            # gone (children observed while the list was read are kept).
-            view.drop_children(held - {views.child_key(c) for c in children})
-            for child in children:
-                view.observe_child(child, deleted=False)
+            view.read_back = True
+            view.replace_children(children, held)  # the API server's list is the truth
             self._job_seen[str(key)] = asyncio.get_running_loop().time()
         view.hydrated = True
 
@@ -317,33 +320,59 @@ class Reconciler:
         return result
 
     async def _reconcile(self, key: records.JobKey, view: views.JobView) -> None:
+        """Decide, and act only on what the API server says: a pass that would act on a view
+        holding anything taken from a record (which anyone able to write the topic could
+        have forged) reads the job and its children from the API server first and decides
+        again; the second decision is the one carried out (docs/security.md)."""
+        planned = self._decide_pass(key, view)
+        if planned.acts and not view.read_back:
+            self._confirmations += 1
+            await self._hydrate(key, view)
+            if view.job is None:
+                await self._scalers_wait(key, view)
+                self._forget(str(key))
+                return
+            planned = self._decide_pass(key, view)
+        await planned.apply()
+
+    def _decide_pass(self, key: records.JobKey, view: views.JobView) -> _Pass:
+        """The pass the view calls for, by job family: whether it acts, and how to carry it out."""
         assert view.job is not None
         if key.kind == mpijobs.KIND and mpijobs.is_v2beta1(view.job):
-            await self._reconcile_mpi_v2(key, view)
-            return
+            return self._decide_mpi_v2(key, view)
         if key.kind == elastic.TrainingJob.KIND:
-            await self._reconcile_training_job(key, view)
-            return
-        job_key = str(key)
+            return self._decide_training_job(key, view)
+        return self._decide_v1(key, view)
+
+    def _failed_validation(self, key: records.JobKey, view: views.JobView, exc: Exception) -> _Pass:
+        """Nothing is ever created for a job that does not load, and the status worker reaches the
+        same verdict from the job alone: the record is for the audit trail only (no act)."""
+        return _Pass(False, lambda: self._announce(key, view, statuses.Verdict(
+            f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}", "validation",
+        )))
+
+    def _decide_v1(self, key: records.JobKey, view: views.JobView) -> _Pass:
+        assert view.job is not None
         try:
             job = jobs.load(view.job)
         except jobs.LoadError as exc:
-            # Nothing is ever created for it, and the status worker reaches the same
-            # verdict from the job alone: the record is for the audit trail only.
-            await self._announce(key, view, statuses.Verdict(
-                f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}",
-                "validation",
-            ))
-            return
-        previous = self._decided_on.get(job_key)
+            return self._failed_validation(key, view, exc)
+        previous = self._decided_on.get(str(key))
         old = deriving.previous_version(previous, view.job)
-        self._decided_on[job_key] = view.job
         now = _now()
-        children = self._children(job_key, view)
+        children = self._children(str(key), view)
         decision = reconciling.decide(job, children, now, self._settings.operator, old)
+        return _Pass(deriving.acts(decision), lambda: self._apply_v1(
+            key, view, job, decision, children, now, previous if old is not None else None))
+
+    async def _apply_v1(
+        self, key: records.JobKey, view: views.JobView, job: jobs.Job, decision: reconciling.Decision,
+        children: list[dict[str, Any]], now: dt.datetime, old: dict[str, Any] | None,
+    ) -> None:
+        job_key = str(key)
+        self._decided_on[job_key] = view.job  # type: ignore[assignment]
         if deriving.acts(decision):
-            await self._pass(key, view, children, now, deriving.v1_plan(decision),
-                             old=previous if old is not None else None,
+            await self._pass(key, view, children, now, deriving.v1_plan(decision), old=old,
                              settings=dataclasses.asdict(self._settings.operator))
         client = await self._clusters.get(key.cluster)
         if decision.verdict is not None:
@@ -371,7 +400,7 @@ class Reconciler:
             await self._delete_job(client, key, view, job)
         self._arm_timer(job_key, self._next_look(job_key, decision.requeue_after))
 
-    async def _reconcile_mpi_v2(self, key: records.JobKey, view: views.JobView) -> None:
+    def _decide_mpi_v2(self, key: records.JobKey, view: views.JobView) -> _Pass:
         """An MPIJob written in kubeflow.org/v2beta1: mpi-operator's sync (spec Part A),
         decided by :func:`shared.core.mpi_v2.reconciling.decide`. This worker applies its
         children (creates, the launcher Job's status and updates, deletes); the status
@@ -380,13 +409,16 @@ class Reconciler:
         try:
             job = mpijobs.load({**view.job, "apiVersion": mpijobs.API_VERSION})
         except mpijobs.LoadError as exc:
-            await self._announce(key, view, statuses.Verdict(
-                f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}", "validation",
-            ))
-            return
+            return self._failed_validation(key, view, exc)
         now = _now()
         children = self._children(str(key), view)
         decision = mpi_v2.decide(job, children, now, self._settings.operator, keygen.mpi_key_pair)
+        return _Pass(not decision.empty, lambda: self._apply_mpi_v2(key, view, decision, children, now))
+
+    async def _apply_mpi_v2(
+        self, key: records.JobKey, view: views.JobView, decision: mpi_v2.Decision, children: list[dict[str, Any]],
+        now: dt.datetime,
+    ) -> None:
         if decision.empty:
             return
         await self._pass(key, view, children, now, deriving.mpi_v2_plan(decision),
@@ -416,7 +448,7 @@ class Reconciler:
             log.warning("%s: %s", key, decision.error)
         self._arm_timer(str(key), self._next_look(str(key), None))
 
-    async def _reconcile_training_job(self, key: records.JobKey, view: views.JobView) -> None:
+    def _decide_training_job(self, key: records.JobKey, view: views.JobView) -> _Pass:
         """An et-operator TrainingJob (spec Part B), decided by
         :func:`shared.core.elastic.reconciling.decide`. Its status is its state machine
         (the phase says which provisioning step comes next), so this worker writes it,
@@ -425,21 +457,29 @@ class Reconciler:
         hostfile rewrite, a scaler's script, the process probe) are run here and fed
         back until it asks for none; every step goes to the topic as a decision record."""
         assert view.job is not None
-        client = await self._clusters.get(key.cluster)
         now = _now()
         try:
             job = elastic.load_training_job(view.job)
         except elastic.LoadError as exc:
-            await self._fail_unloadable_training_job(client, key, view, exc, now)
-            return
+            error = exc
+            return _Pass(_status_of(view.job).get("phase") != "Failed",
+                         lambda: self._fail_unloadable_training_job(key, view, error, now))
         every = self._children(str(key), view)
         scalers, children = self._scalers_and_children(key, every)
-        executed: list[et_decisions.ExecResult] = []
         decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
-                             settings=self._settings.elastic, executed=executed)
+                             settings=self._settings.elastic, executed=[])
+        return _Pass(bool(decision.execs) or deriving.elastic_acts(decision), lambda: self._apply_training_job(
+            key, view, job, decision, every, scalers, children, now))
+
+    async def _apply_training_job(
+        self, key: records.JobKey, view: views.JobView, job: elastic.TrainingJob, decision: et_decisions.Decision,
+        every: list[dict[str, Any]], scalers: list[elastic.Scaler], children: list[dict[str, Any]], now: dt.datetime,
+    ) -> None:
+        client = await self._clusters.get(key.cluster)
+        executed: list[et_decisions.ExecResult] = []
         while decision.execs and len(executed) < MAX_EXECS:
             for command in decision.execs:
-                result = await self._exec(client, command)
+                result = await self._exec(client, key, command)
                 executed.append(result)
                 await self._decide(key, view, "launcher_exec", child_kind="Pod", child_name=command.pod,
                                    reason=command.purpose, message=command.script[:4000],
@@ -452,8 +492,7 @@ class Reconciler:
             await self._pass(key, view, every, now, deriving.elastic_plan(decision),
                              settings=dataclasses.asdict(self._settings.elastic),
                              executed=[deriving.exec_result(r) for r in executed])
-        await self._apply_training_job(client, key, view, job, decision, now)
-
+        await self._apply_training_job_decision(client, key, view, job, decision, now)
     def _scalers_and_children(
         self, key: records.JobKey, every: list[dict[str, Any]],
     ) -> tuple[list[elastic.Scaler], list[dict[str, Any]]]:
@@ -475,10 +514,14 @@ class Reconciler:
                                    reason=step.kind, message=step.detail,
                                    record_id=records.deterministic_id(str(key), scaler.metadata.uid or "", step.kind))
 
-    async def _exec(self, client: clients.KubeClient, command: et_decisions.Exec) -> et_decisions.ExecResult:
-        return await run_in_launcher(client, command, self._settings.exec_timeout)
+    async def _exec(
+        self, client: clients.KubeClient, key: records.JobKey, command: et_decisions.Exec,
+    ) -> et_decisions.ExecResult:
+        """Run a command in the job's own namespace: the job key's, whatever the job object says."""
+        return await run_in_launcher(client, dataclasses.replace(command, namespace=key.namespace),
+                                     self._settings.exec_timeout)
 
-    async def _apply_training_job(
+    async def _apply_training_job_decision(
         self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, job: elastic.TrainingJob,
         decision: et_decisions.Decision, now: dt.datetime,
     ) -> None:
@@ -519,16 +562,16 @@ class Reconciler:
         self._arm_timer(str(key), self._next_look(str(key), decision.requeue_after))
 
     async def _fail_unloadable_training_job(
-        self, client: clients.KubeClient, key: records.JobKey, view: views.JobView, exc: elastic.LoadError,
-        now: dt.datetime,
+        self, key: records.JobKey, view: views.JobView, exc: elastic.LoadError, now: dt.datetime,
     ) -> None:
         """A TrainingJob whose fields do not load (a wrongly typed field): Failed, naming
         the field paths, once; nothing is created for it."""
         assert view.job is not None
         message = f"TrainingJob {key.name} failed validation because {exc}"
-        status = view.job.get("status") if isinstance(view.job.get("status"), dict) else {}
-        if (status or {}).get("phase") == "Failed":
+        status = _status_of(view.job)
+        if status.get("phase") == "Failed":
             return
+        client = await self._clusters.get(key.cluster)
         condition = {"type": "Failed", "status": "True", "reason": "TrainingJobFailedValidation",
                      "message": message, "lastUpdateTime": common.format_time(now), "lastTransitionTime": common.format_time(now)}
         body = {**view.job, "status": {**(status or {}), "phase": "Failed",
@@ -704,7 +747,7 @@ class Reconciler:
     ) -> None:
         rt = resources.for_manifest({"apiVersion": ref.api_version, "kind": ref.kind})
         try:
-            await client.delete(rt, ref.namespace or key.namespace, ref.name, uid=ref.uid)
+            await client.delete(rt, key.namespace, ref.name, uid=ref.uid)  # the key's namespace, never a record's
         except clients.ApiError as exc:
             if not exc.not_found:
                 failed = None if job is None else child_events.delete_failed(job.KIND, ref.kind, exc.message or str(exc))
@@ -800,6 +843,19 @@ class Reconciler:
         self._timers.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pass:
+    """A reconcile pass decided: whether it acts on the cluster, and how it is carried out."""
+
+    acts: bool
+    apply: Callable[[], Awaitable[None]]
+
+
+def _status_of(job: dict[str, Any]) -> dict[str, Any]:
+    status = job.get("status")
+    return status if isinstance(status, dict) else {}
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

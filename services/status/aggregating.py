@@ -24,7 +24,7 @@ from opentelemetry import context as otel_context
 from shared.api import common, jobs, mpijobs
 from shared import metrics
 from shared.bus import producing, records
-from shared.core import basis, deriving, statuses, views
+from shared.core import basis, conditions, deriving, statuses, views
 from shared.core import events as child_events
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
@@ -67,6 +67,8 @@ class StatusAggregator:
         self._paces: dict[str, _Pace] = {}
         self._prepared: dict[int, deriving.Prepared] = {}
         self._events = recording.Recorder(settings.instance)
+        self._confirmations = 0
+        """Terminal statuses read back from the API server before being written."""
         self._said: dict[str, set[tuple[str, ...]]] = {}
         """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
         """id(view) → its job prepared for computing (see ``_prepare``)."""
@@ -91,6 +93,9 @@ class StatusAggregator:
             return False
         if isinstance(record, records.Decision):
             return records.is_wake(record, "status")
+        if record.object_kind in jobs.KINDS or record.object_kind in STATUS_CHILD_KINDS:
+            # A record's word is in the view now: a terminal status is read back before it is written.
+            self._view(record.key).read_back = False
         if not record.omitted and record.event != "DELETED" and (
                 record.object_kind in jobs.KINDS or record.object_kind in STATUS_CHILD_KINDS):
             self._view(record.key).note_logged(record.object, record.object_kind in jobs.KINDS)
@@ -129,14 +134,7 @@ class StatusAggregator:
             # server has not shown this worker: the API server settles it.
             view.hydrated = False
         if not view.hydrated:
-            held = set(view.children)
-            job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
-            if job is not None:
-                view.replace_job(job)
-                view.drop_children(held - {views.child_key(p) for p in pods})
-                for pod in pods:
-                    view.observe_child(pod, deleted=False)
-            view.hydrated = True
+            await self._hydrate(client, key, view)
         if view.job is None:
             self.forget({job_key})
             return None
@@ -164,6 +162,16 @@ class StatusAggregator:
         if written:
             pace.last_write = self._clock()
         return None
+
+    async def _hydrate(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
+        """The job and its pods as the API server has them, into the view."""
+        held = set(view.children)
+        job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
+        if job is not None:
+            view.replace_job(job)
+            view.replace_children(pods, held)
+            view.read_back = True
+        view.hydrated = True
 
     async def _pod_events(self, client: clients.KubeClient, job_key: str, view: views.JobView) -> None:
         """``ExitedWithCode`` and the abnormal-pod warnings (spec §9.2) of a kubeflow.org/v1
@@ -231,6 +239,14 @@ class StatusAggregator:
             if not statuses.differs(job.status, outcome.status):
                 self._metrics.status_write_skipped(key.kind)
                 return False
+            if _newly_finished(job.status, outcome.status) and not view.read_back:
+                # A terminal verdict rests on the job and the pods as the API server has them,
+                # never on records alone (a forged pod phase would end a running job).
+                self._confirmations += 1
+                await self._hydrate(client, key, view)
+                if view.job is None:
+                    return False
+                continue
             body = dict(view.job or {})
             body["status"] = outcome.status.dump()
             try:
@@ -281,6 +297,11 @@ class StatusAggregator:
     def close(self) -> None:
         """Nothing to release: held-back writes are flushed by the consumer on stop."""
 
+
+
+def _newly_finished(before: Any, after: Any) -> bool:
+    """Whether ``after`` says Succeeded or Failed where ``before`` did not."""
+    return conditions.is_finished(after) and not conditions.is_finished(before)
 
 
 STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})

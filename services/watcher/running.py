@@ -26,7 +26,7 @@ from collections.abc import Callable
 from services.watcher import resyncing, watching
 from services.watcher.settings import WatcherSettings
 from shared import health, metrics
-from shared.bus import errors, producing
+from shared.bus import errors, producing, signing
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, leasing
 
@@ -141,8 +141,10 @@ async def run(
     service_metrics = metrics.ServiceMetrics(kafka_settings.dlq_topic)
     checks = health.Health()
     outage = watching.BrokerOutage()
+    keyring = signing.Keyring.from_env()
     publisher = producing.Publisher(
         kafka_settings, watching.SOURCE, settings.identity, on_event=[outage, service_metrics.on_bus_event],
+        signer=None if keyring is None else keyring.signer(watching.SOURCE),
     )
     checks.add("broker", publisher.ping)
     checks.add("cluster", _not_connected)
@@ -152,6 +154,9 @@ async def run(
         await connect(settings, service_metrics.on_request) as client,
     ):
         checks.add("cluster", lambda: _answers(client))
+        if keyring is None:
+            log.warning("watcher: observations are not signed (%s is unset), so workers that verify refuse them; "
+                        "see docs/security.md", signing.ENV)
         log.info("watcher %s starting for cluster %s (%s), namespace %s, lease %s/%s",
                  settings.identity, settings.cluster, client.host, settings.namespace or "(all)",
                  settings.lease_namespace, settings.lease)

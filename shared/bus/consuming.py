@@ -63,7 +63,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from shared import lifecycle, tracing
-from shared.bus import errors, events, records, retrying, spans
+from shared.bus import errors, events, records, retrying, signing, spans
 from shared.bus.producing import Publisher
 from shared.bus.settings import KafkaSettings, client_options
 
@@ -146,11 +146,16 @@ class _Taken:
     """The span that published the record (invalid if it came without one): linked from the settle."""
 
 
-def _header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | None:
-    for key, value in headers or ():
-        if key == name:
-            return value.decode(errors="replace")
+def _header_bytes(headers: Sequence[tuple[str, bytes]] | None, name: str) -> bytes | None:
+    for header, value in headers or ():
+        if header == name:
+            return value
     return None
+
+
+def _header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | None:
+    raw = _header_bytes(headers, name)
+    return None if raw is None else raw.decode(errors="replace")
 
 
 class _LaneSlot:
@@ -216,6 +221,7 @@ class KeyedConsumer(lifecycle.Started):
         on_revoked: Callable[[set[str]], None] | None = None,
         lane: Callable[[str], str] | None = None,
         lane_limit: int | None = None,
+        keyring: signing.Keyring | None = None,
     ) -> None:
         """
         Args:
@@ -247,6 +253,9 @@ class KeyedConsumer(lifecycle.Started):
                 this one's copy would be stale if they came back.
             lane: a key's lane (see the module doc); settles of one lane hold at
                 most ``lane_limit`` (default ``concurrency_limit``) slots at once.
+            keyring: when given, only authentic records reach the handler: signed by a
+                trusted key whose role may write what the record is
+                (:mod:`shared.bus.signing`); any other is dead-lettered with the reason.
         """
         if concurrency_limit < 1 or dedupe_capacity < 0:
             raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
@@ -273,6 +282,7 @@ class KeyedConsumer(lifecycle.Started):
         self._drain_timeout = drain_timeout
         self._instance = instance or settings.client_id
         self._on_event = tuple(on_event)
+        self._keyring = keyring
 
         self._consumer: Any = None
         self._dlq: Publisher | None = None
@@ -586,6 +596,12 @@ class KeyedConsumer(lifecycle.Started):
             spans.process_name(message.topic), context=parent, kind=trace.SpanKind.CONSUMER,
             attributes=spans.processing(message, self._group_id),
         ) as span:
+            verdict = None
+            if self._keyring is not None:
+                verdict = self._keyring.verify(message.key, message.value, message.headers)
+                if not verdict.authentic:
+                    await self._reject(message, span, verdict.code, verdict.reason)
+                    return None
             try:
                 record = records.decode(message.value)
             except Exception as exc:  # decode raises MalformedRecord; whatever else must not stall either
@@ -596,6 +612,11 @@ class KeyedConsumer(lifecycle.Started):
                 await self._dead_letter(message, f"MalformedRecord: {reason}")
                 return None
             span.set_attributes(spans.decoded(record))
+            if verdict is not None:
+                why = signing.permits(verdict.role, record, _header_bytes(message.headers, records.TYPE_HEADER))
+                if why:
+                    await self._reject(message, span, "role", f"key {verdict.key_id!r}: {why}")
+                    return None
             if record.id in self._seen:
                 self._seen.move_to_end(record.id)
                 self._emit(events.DUPLICATE, key=record.key, record_id=record.id, **where)
@@ -661,6 +682,15 @@ class KeyedConsumer(lifecycle.Started):
         self._seen.move_to_end(record_id)
         while len(self._seen) > self._dedupe_capacity:
             self._seen.popitem(last=False)
+
+    async def _reject(self, message: Any, span: trace.Span, code: str, reason: str) -> None:
+        """A record that is not authentic: never handled, dead-lettered with the reason."""
+        span.set_status(trace.Status(trace.StatusCode.ERROR, f"not authentic: {reason}"[:MAX_ERROR_HEADER]))
+        log.warning("record %s/%s@%s is not authentic, dead-lettered: %s", message.topic, message.partition,
+                    message.offset, reason[:500])
+        self._emit(events.REJECTED, topic=message.topic, partition=message.partition, offset=message.offset,
+                   group=self._group_id, reason=code)
+        await self._dead_letter(message, f"NotAuthentic ({code}): {reason}")
 
     async def _dead_letter(self, message: Any, error: str) -> None:
         headers = list(message.headers or ()) + [

@@ -36,7 +36,7 @@ from opentelemetry import trace
 
 from shared import tracing
 from shared import lifecycle
-from shared.bus import errors, events, records, retrying, spans
+from shared.bus import errors, events, records, retrying, signing, spans
 from shared.bus.settings import KafkaSettings, client_options
 
 _tracer = trace.get_tracer("kto.bus")
@@ -85,9 +85,13 @@ class Publisher(lifecycle.Started):
         *,
         on_event: Iterable[events.Hook] = (),
         policy: retrying.RetryPolicy = retrying.RetryPolicy(),
+        signer: signing.Signer | None = None,
     ) -> None:
+        """``signer``: signs every record written with :meth:`publish`, :meth:`submit` or
+        :meth:`publish_many` (:mod:`shared.bus.signing`); :meth:`send_raw` writes bytes as given."""
         self._settings = settings
         self._source = source
+        self._signer = signer
         self._instance = instance
         self._emit = events.Emitter(on_event)
         self._policy = policy
@@ -201,9 +205,9 @@ class Publisher(lifecycle.Started):
             spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
             attributes=spans.publishing(topic, record, size=len(value)),
         ) as span:
-            sent = await self.send_raw(
-                topic, value, key=record.key.encode(), headers=_typed(tracing.inject(headers), record),
-            )
+            key = record.key.encode()
+            sent = await self.send_raw(topic, value, key=key, headers=self._headers(tracing.inject(headers), record,
+                                                                                  key, value))
             span.set_attributes(spans.written(sent.partition, sent.offset))
             return sent
 
@@ -232,7 +236,8 @@ class Publisher(lifecycle.Started):
             spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
             attributes=spans.publishing(topic, record, size=len(value)),
         )
-        kafka_headers = _typed(tracing.inject(headers, context=trace.set_span_in_context(span)), record)
+        kafka_headers = self._headers(tracing.inject(headers, context=trace.set_span_in_context(span)), record,
+                                      key, value)
         result: asyncio.Future[Sent] = asyncio.get_running_loop().create_future()
 
         def finish(sent: Sent | None, error: BaseException | None) -> None:
@@ -319,12 +324,12 @@ class Publisher(lifecycle.Started):
         ):
             trace_headers = tracing.inject(headers)
             futures: list[asyncio.Future[Any] | BaseException] = []
+            wires = []
             for record in stamped:
+                value, key = records.encode(record), record.key.encode()
+                wires.append((value, key, self._headers(trace_headers, record, key, value)))
                 try:
-                    futures.append(await producer.send(
-                        topic, records.encode(record), key=record.key.encode(),
-                        headers=_typed(trace_headers, record),
-                    ))
+                    futures.append(await producer.send(topic, value, key=key, headers=wires[-1][2]))
                 except kafka_errors.KafkaError as exc:
                     futures.append(exc)
             results: list[Sent | None] = []
@@ -349,16 +354,24 @@ class Publisher(lifecycle.Started):
                 if not errors.is_retriable(failure):
                     permanent.append(failure)
                     continue
-                results[index] = await self.send_raw(
-                    topic, records.encode(stamped[index]), key=stamped[index].key.encode(),
-                    headers=_typed(trace_headers, stamped[index]),
-                )
+                value, key, signed = wires[index]
+                results[index] = await self.send_raw(topic, value, key=key, headers=signed)
             if permanent:
                 raise errors.PublishError(
                     f"{len(permanent)} of {len(stamped)} records refused by {topic}: "
                     f"{permanent[0]!r}"
                 ) from permanent[0]
             return [r for r in results if r is not None]
+
+    def _headers(
+        self, headers: list[tuple[str, bytes]], record: records.Record, key: bytes, value: bytes,
+    ) -> list[tuple[str, bytes]]:
+        """The record's Kafka headers: the trace context, its type, and its signature (with a signer)."""
+        tag = records.type_tag(record).encode()
+        typed = [*headers, (records.TYPE_HEADER, tag)]
+        if self._signer is None:
+            return typed
+        return typed + self._signer.headers(key, tag, value)
 
     async def send_raw(
         self,
@@ -411,7 +424,3 @@ def _refused(bootstrap: str, exc: kafka_errors.KafkaError, wanted: bool | None) 
                 f"set KTO_KAFKA_IDEMPOTENCE=false or leave it unset")
     return (f"cannot start an idempotent producer on {bootstrap}: {answer} ({exc}); KTO_KAFKA_IDEMPOTENCE=false "
             f"starts one that asks for no producer id")
-
-
-def _typed(headers: list[tuple[str, bytes]], record: records.Record) -> list[tuple[str, bytes]]:
-    return [*headers, (records.TYPE_HEADER, records.type_tag(record).encode())]

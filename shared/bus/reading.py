@@ -12,6 +12,7 @@ used, so nothing is committed and no running group is disturbed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -20,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
-from shared.bus import records
+from shared.bus import records, signing
 from shared.bus.errors import BusError
 from shared.bus.settings import KafkaSettings, client_options
 
@@ -142,6 +143,8 @@ class Entry:
     """Why the record does not decode (``record`` is None then)."""
     trace_id: str = ""
     """The W3C trace id of the ``traceparent`` header ("" without one)."""
+    verdict: signing.Verdict | None = None
+    """Whether the record is authentic (read with a keyring), or None (read without one)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,13 +157,46 @@ class RawEntry:
     key: str
     value: bytes
     trace_id: str = ""
+    signature: tuple[tuple[str, bytes], ...] = ()
+    """The headers a signature rests on (:data:`SIGNATURE_HEADERS`), as they were on the wire."""
 
-    def decoded(self) -> Entry:
+    def decoded(self, keyring: signing.Keyring | None = None) -> Entry:
+        """The entry decoded; with a ``keyring``, said authentic or not (:mod:`shared.bus.signing`)."""
+        verdict = None if keyring is None else keyring.verify(self.key.encode(), self.value, self.signature)
         try:
-            return Entry(self.partition, self.offset, self.timestamp_ms, self.key, records.decode(self.value), "",
-                         self.trace_id)
+            record = records.decode(self.value)
         except records.MalformedRecord as exc:
-            return Entry(self.partition, self.offset, self.timestamp_ms, self.key, None, exc.reason, self.trace_id)
+            return Entry(self.partition, self.offset, self.timestamp_ms, self.key, None, exc.reason, self.trace_id,
+                         verdict)
+        if verdict is not None and verdict.authentic:
+            tag = dict(self.signature).get(records.TYPE_HEADER)
+            why = signing.permits(verdict.role, record, tag)
+            if why:
+                verdict = signing.Verdict(False, f"key {verdict.key_id!r}: {why}", "role", verdict.key_id, verdict.role)
+        return Entry(self.partition, self.offset, self.timestamp_ms, self.key, record, "", self.trace_id, verdict)
+
+
+SIGNATURE_HEADERS = (records.TYPE_HEADER, signing.KEY_ID_HEADER, signing.SIGNATURE_HEADER)
+"""The Kafka headers a record's signature covers or carries."""
+
+
+def signature_headers(headers: Sequence[tuple[str, bytes]] | None) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, value) for name, value in headers or () if name in SIGNATURE_HEADERS and value is not None)
+
+
+def signature_to_json(signature: Sequence[tuple[str, bytes]]) -> dict[str, str]:
+    """The signature headers as JSON (base64 values), as ``kto export`` archives them."""
+    return {name: base64.b64encode(value).decode() for name, value in signature}
+
+
+def signature_from_json(found: object) -> tuple[tuple[str, bytes], ...]:
+    """The signature headers of an archived record (:func:`signature_to_json`); ValueError if malformed."""
+    if found is None:
+        return ()
+    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+        raise ValueError("'signature' must be an object of base64 strings")
+    return tuple((str(name), base64.b64decode(value, validate=True)) for name, value in found.items()
+                 if name in SIGNATURE_HEADERS)
 
 
 def _trace_id(headers: Sequence[tuple[str, bytes]] | None) -> str:
@@ -240,7 +276,7 @@ async def _drain(
                 if since_ms is not None and message.timestamp < since_ms or not accept(key):
                     continue
                 yield RawEntry(tp.partition, message.offset, message.timestamp, key, message.value or b"",
-                               _trace_id(message.headers))
+                               _trace_id(message.headers), signature_headers(message.headers))
         if follow or any(batch.values()):
             continue
         positions = [await consumer.position(tp) for tp in group]

@@ -101,6 +101,9 @@ class JobView:
     """The job was deleted: nothing more to do for this key until it is created again."""
     confirmed: bool = False
     """The job held was read from (or written to) the API server, not taken from a record."""
+    read_back: bool = False
+    """Nothing in the view came from a record since the job and its children were last read
+    from the API server: a worker acts on the view only then (docs/security.md)."""
     reread: bool = False
     """A record of the job older than the one held came: read the job afresh before acting."""
     vanished: bool = False
@@ -167,6 +170,14 @@ class JobView:
         come, e.g. when the watcher that would have published it died first."""
         for key in keys:
             self.children.pop(key, None)
+
+    def replace_children(self, listed: list[Manifest], held: set[ChildKey]) -> None:
+        """The job's children as just listed from the API server: the truth, whatever versions the
+        view held (a record may have claimed a later one). Of the children held before the list was
+        read (``held``), those it lacks are gone; children first observed meanwhile are kept."""
+        self.drop_children(held - {child_key(c) for c in listed})
+        for child in listed:
+            self.children[child_key(child)] = child
 
     def observe_child(self, obj: Manifest, deleted: bool) -> bool:
         """Take in a child; True if what decisions and statuses look at changed

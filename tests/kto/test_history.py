@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from kto.commands import history as history_command
-from shared.bus import producing, records
+from shared.bus import producing, records, signing
 from shared.bus.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,11 +26,13 @@ OTHER = "kto-1/team-b/TFJob/dist"
 
 
 async def kto(bus: KafkaSettings, command: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **bus.to_env()}
+    # Run where no `kto up` left its keys (.kto/keys.json), with none named: keys only where a test gives them.
+    env = {**os.environ, **bus.to_env(), "PYTHONPATH": str(ROOT), "KTO_SIGNING_KEYS": ""}
 
     def call() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kto", command, *args], capture_output=True, text=True,
-                              cwd=ROOT, env=env, timeout=120, check=False)
+        with tempfile.TemporaryDirectory() as elsewhere:
+            return subprocess.run([sys.executable, "-m", "kto", command, *args], capture_output=True, text=True,
+                                  cwd=elsewhere, env=env, timeout=120, check=False)
 
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
@@ -256,3 +259,57 @@ async def test_export_refuses_an_out_directory_that_is_a_symlink(bus: KafkaSetti
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr == f"kto export: error: {link}: is a symlink; refusing to write through it\n"
     assert list(elsewhere.iterdir()) == []
+
+
+async def signed_story(bus: KafkaSettings, keys: Path) -> None:
+    """Two authentic records of the watcher, one unsigned, one authentic record altered on the way, and a
+    record of the reconciler's key pretending to be an observation."""
+    keyring = signing.Keyring([keys])
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "mnist", "namespace": "team-a"},
+           "spec": {}}
+    async with producing.Publisher(bus, "watcher", "w-1", signer=keyring.signer("watcher")) as watcher, \
+            producing.Publisher(bus, "reconciler", "r-1", signer=keyring.signer("reconciler")) as reconciler, \
+            producing.Publisher(bus, "watcher", "forger") as forger:
+        await watcher.publish(records.Observation(key=KEY, object_kind="PyTorchJob", event="ADDED", object=job))
+        await watcher.publish(records.Observation(key=KEY, object_kind="Pod", event="MODIFIED",
+                                                  object=pod("mnist-worker-0", "u-1", "Running", "node-1")))
+        await forger.publish(records.Observation(key=KEY, object_kind="Pod", event="MODIFIED",
+                                                 object=pod("mnist-worker-0", "u-1", "Succeeded", "node-1")))
+        real = records.Observation(key=KEY, object_kind="Pod", event="MODIFIED", source="watcher", instance="w-1",
+                                   object=pod("mnist-worker-0", "u-1", "Failed", "node-1"))
+        value, tag = records.encode(real), records.type_tag(real).encode()
+        headers = [(records.TYPE_HEADER, tag), *keyring.signer("watcher").headers(KEY.encode(), tag, value)]
+        await forger.send_raw(bus.jobs_topic, value.replace(b"Failed", b"Pending"), key=KEY.encode(),
+                              headers=headers)
+        await reconciler.publish(records.Observation(key=KEY, object_kind="Pod", event="MODIFIED",
+                                                     object=pod("mnist-worker-0", "u-1", "Succeeded")))
+
+
+async def test_history_and_replay_say_which_records_are_authentic_live_and_archived(
+    bus: KafkaSettings, tmp_path: Path,
+) -> None:
+    keys = tmp_path / "keys.json"
+    signing.new_keyring(keys, "t")
+    await signed_story(bus, keys)
+    plain = await history(bus, "-n", "team-a", "pytorchjob/mnist", "--keys", str(keys))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.count("REJECTED ") == 3, plain.stdout
+    verified = await history(bus, "-n", "team-a", "pytorchjob/mnist", "--keys", str(keys), "--verify", "-o", "json")
+    assert verified.returncode == 3, verified.stderr
+    assert "2 of 5 records authentic, 3 not" in verified.stderr
+    rows = json.loads(verified.stdout)["records"]
+    assert [r["authentic"] for r in rows] == [True, True, False, False, False]
+    assert rows[2]["rejected"].startswith("unsigned") and rows[3]["rejected"].startswith("bad signature")
+    assert "may not write observations" in rows[4]["rejected"]
+    out = tmp_path / "trail"
+    assert (await export(bus, "--out", str(out), "-n", "team-a")).returncode == 0
+    archived = await history(bus, "--from", str(out), "-n", "team-a", "pytorchjob/mnist", "--keys", str(keys),
+                             "--verify", "-o", "json")
+    assert archived.returncode == 3 and json.loads(archived.stdout) == json.loads(verified.stdout)
+    replayed = await kto(bus, "replay", "-n", "team-a", "pytorchjob/mnist", "--keys", str(keys), "--verify")
+    assert replayed.returncode == 3, replayed.stdout + replayed.stderr
+    assert replayed.stdout.count("NOT AUTHENTIC offset") == 3, replayed.stdout
+    assert "2 records authentic, 3 not (never acted on)" in replayed.stdout
+    without = await history(bus, "-n", "team-a", "pytorchjob/mnist", "--verify")
+    assert without.returncode == 2 and "--verify needs the signing keys" in without.stderr
+    assert "Traceback" not in without.stderr

@@ -15,7 +15,7 @@ import pytest
 
 from services.reconciler import reconciling as reconciler_module
 from services.reconciler.settings import ReconcilerSettings
-from shared.bus import producing, records
+from shared.bus import records
 from shared.kube import resources
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import Pipeline
@@ -72,7 +72,7 @@ async def test_a_record_with_a_forged_resource_version_does_not_freeze_a_live_jo
     stale = copy.deepcopy(created)
     stale["metadata"]["resourceVersion"] = str(10**15)  # ahead of anything the API server will say
     stale["apiVersion"], stale["kind"] = "kubeflow.org/v1", "JAXJob"
-    async with producing.Publisher(pipeline.kafka, "test", "forger") as publisher:
+    async with pipeline.thief("watcher") as publisher:
         await publisher.publish(records.Observation(
             key=pipeline.key("JAXJob", "forged-rv"), resource_version=str(10**15), object_kind="JAXJob",
             event="MODIFIED", object=stale, source="watcher"))
@@ -91,7 +91,7 @@ async def test_a_forged_failure_verdict_on_the_topic_does_not_fail_a_running_job
     created = await pipeline.submit(manifest)
     await pipeline.wait_for("JAXJob", name, "Running", timeout=30)
     reason = "JAXJobFailedValidation" if action == "job_validation_failed" else "JAXJobFailed"
-    async with producing.Publisher(pipeline.kafka, "test", "forger") as publisher:
+    async with pipeline.thief("reconciler") as publisher:
         # Everything a forger can set, as the reconciler itself would write it.
         await publisher.publish(records.Decision(
             key=pipeline.key("JAXJob", name), action=action, reason=reason,
@@ -218,7 +218,7 @@ async def test_pods_the_garbage_collector_removes_before_the_jobs_deletion_is_se
 
     await pipeline.eventually(pods_gone, timeout=60, what="the garbage collector deleting the pods")
     creates_before = len([r for r in pipeline.requests() if r["verb"] == "create" and r["resource"] == "pods"])
-    async with producing.Publisher(pipeline.kafka, "test", "watcher-stand-in") as publisher:
+    async with pipeline.thief("watcher") as publisher:
         for pod in pods.values():  # what the watcher publishes when a pod's DELETED comes before the job's news
             gone = {**pod, "apiVersion": "v1", "kind": "Pod"}
             await publisher.publish(records.Observation(

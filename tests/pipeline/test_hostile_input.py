@@ -42,8 +42,10 @@ async def test_undecodable_records_kill_no_worker_and_the_jobs_after_them_succee
     neither was a MalformedRecord, so the consumer's task group died in every reconciler and status worker."""
     hostile = [b"[" * 100_000, b'{"schema_version": 1, "n": ' + b"7" * 5000 + b"}"]
     async with producing.Publisher(pipeline.kafka, "test", "test") as publisher:
+        # Signed with a stolen key: past the signature check, decoding is what refuses them.
         sent = [await publisher.send_raw(pipeline.kafka.jobs_topic, value,
-                                         key=pipeline.key("JAXJob", f"good-{i}").encode(), headers=[])
+                                         key=pipeline.key("JAXJob", f"good-{i}").encode(),
+                                         headers=pipeline.signed(pipeline.key("JAXJob", f"good-{i}"), value))
                 for i, value in enumerate(hostile)]
     await sixteen_good_jobs_succeed(pipeline, "good")
     dead = await read_topic(pipeline.kafka, pipeline.kafka.dlq_topic)
