@@ -3,8 +3,10 @@
 In: records built by services (observations of Kubernetes objects, decisions of
 the reconciler and status workers), or the bytes of a Kafka record value.
 Out: :func:`encode` → JSON bytes for the wire, never more than
-:data:`MAX_RECORD_BYTES`, with secret-looking literal env values redacted
-(:func:`redact`) and an object too large or too deep to carry replaced by a
+:data:`MAX_RECORD_BYTES`, with no literal value from a spec (env values, commands
+and args, Secret values, ``kubectl apply``'s copy of the object) nor a command's
+output beyond a masked tail (:func:`redact`: keyed digests, so equal values stay
+comparable) and an object too large or too deep to carry replaced by a
 stand-in (:func:`fit`); :func:`decode` → a typed :data:`Record` (an
 :class:`Observation` or a :class:`Decision`), or :class:`MalformedRecord`
 saying why the bytes are not a valid envelope — whatever the bytes are.
@@ -16,6 +18,8 @@ key, so all records of one job land in one partition, in order.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import json
 import re
 import uuid
@@ -42,10 +46,56 @@ MAX_DECISION_MESSAGE = 16 * 1024
 """Characters of a Decision's message kept when the record would be too large."""
 
 REDACTED = "<redacted by kto>"
-"""What a secret-looking literal env value is replaced with on the wire."""
+"""What a literal value from a spec is replaced with on the wire when no digest key is
+configured (:func:`digest`)."""
 
-SECRET_NAME = re.compile(r"password|token|secret|key", re.IGNORECASE)
-"""Env var names whose literal ``value`` is redacted (``valueFrom`` is kept as it is)."""
+DIGEST_PREFIX = "kto-digest:"
+"""How a digest on the wire begins (:func:`digest`)."""
+
+DIGEST_HEX = 24
+"""Hex digits of HMAC-SHA256 a digest keeps (96 bits: equal values match, none collide by chance)."""
+
+DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+"""Annotations never written: ``kubectl apply``'s copy of the object, literal values and all."""
+
+COMMAND_MESSAGES: frozenset[tuple[str, str | None]] = frozenset({
+    ("launcher_exec", None),  # the message is the command run in the launcher
+    ("elastic_step", "script-run"),  # the message is a scaler's script, its env values exported
+})
+"""(action, reason) of Decisions whose message is a command: digested, as :data:`DIGESTED_DETAIL`
+(``None``: whatever the reason)."""
+
+OUTPUT_MESSAGES = frozenset({"elastic_step"})
+"""Actions whose message may embed a command's output (a step that failed says why with the
+launcher's stderr): :func:`scrub_message` ed. Every other Decision's message is :func:`mask` ed."""
+
+DIGESTED_DETAIL = ("script", "command")
+"""Keys, at any depth of a Decision's detail, whose string (or strings) are digested."""
+
+OUTPUT_DETAIL = ("output", "stdout", "stderr")
+"""Keys, at any depth of a Decision's detail, whose string is a command's output: only its
+masked :func:`tail` is written."""
+
+OUTPUT_TAIL = 256
+"""Characters of a command's output a Decision keeps (its end: where a failure says why)."""
+
+MESSAGE_KEEP = 1024
+"""Characters of a message that may embed a command's output (:data:`OUTPUT_MESSAGES`, and
+``message`` keys inside a Decision's detail: the conditions of a status it plans) kept whole;
+a longer one is cut in the middle (:func:`scrub_message`)."""
+
+MASK = "<masked>"
+"""What :func:`mask` writes in place of what looks like a secret in free text."""
+
+_COMMAND_FIELDS = ("command", "args")
+_DIGEST = re.compile(re.escape(DIGEST_PREFIX) + f"[0-9a-f]{{{DIGEST_HEX}}}")
+_ASSIGNMENT = re.compile(r"(?<![\w.])([A-Za-z_][\w.-]*)=(\"(?:[^\"\\]|\\.)*\"?|'[^']*'?|[^\s'\"]+)")
+_SCHEME = re.compile(r"\b(Bearer|Basic|bearer|basic|BEARER|BASIC)\s+[^\s'\"]+")
+_TOKEN = re.compile(r"[A-Za-z0-9+/_-]{20,}=*")
+_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+_CUT = re.compile(r"\[kto: \d+ characters cut\] ")
+_DROP = object()
+"""An edit that removes the key (:func:`_replaced`)."""
 
 _STAND_IN_METADATA = (
     "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
@@ -180,9 +230,10 @@ class Observation(_Envelope):
     """The object as returned by the API server (lossless JSON), but for what
     :attr:`redacted` and :attr:`omitted` say."""
     redacted: list[str] = pydantic.Field(default_factory=list)
-    """Field paths of literal env values replaced by :data:`REDACTED` when written
-    (env vars named like a password, token, secret or key). A worker that needs
-    them reads the object from the API server."""
+    """Field paths replaced (by a digest or :data:`REDACTED`) or dropped when written: literal
+    env values, command and args strings, a Secret's values, ``metadata.managedFields`` and
+    :data:`DROPPED_ANNOTATIONS` (see :func:`redact_object`). A worker that needs them reads
+    the object from the API server."""
     omitted: str = ""
     """Non-empty when the object was too large or too deep for a record: why. The
     ``object`` is then a stand-in holding only apiVersion, kind, metadata (without
@@ -265,11 +316,12 @@ def type_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
     return None
 
 
-def encode(record: Observation | Decision) -> bytes:
-    """The record as compact UTF-8 JSON, redacted (:func:`redact`) and made to fit
-    (:func:`fit`): at most :data:`MAX_RECORD_BYTES`. Never raises for a record
+def encode(record: Observation | Decision, digest_key: bytes = b"") -> bytes:
+    """The record as compact UTF-8 JSON, redacted (:func:`redact`, values replaced by
+    their digest under ``digest_key``, or by :data:`REDACTED` without one) and made to
+    fit (:func:`fit`): at most :data:`MAX_RECORD_BYTES`. Never raises for a record
     built from JSON-shaped values."""
-    return fit(redact(record))
+    return fit(redact(record, digest_key))
 
 
 def _dump(record: Observation | Decision) -> bytes:
@@ -278,86 +330,236 @@ def _dump(record: Observation | Decision) -> bytes:
     return record.model_dump_json().encode()
 
 
-def redact(record: Observation | Decision) -> Observation | Decision:
-    """``record`` with every literal ``value`` of an env var whose name looks secret
-    (:data:`SECRET_NAME`), and every value of a Secret's ``data`` / ``stringData``,
-    replaced by :data:`REDACTED`: in an Observation's object (the paths listed in
-    ``redacted``), and in the objects a Decision's basis carries whole (``kto replay``).
-    Only the containers on the way to a replaced value are copied."""
+# --- what never reaches the log ---------------------------------------------------------
+
+
+def digest(value: str, digest_key: bytes = b"") -> str:
+    """What a literal ``value`` becomes on the wire: :data:`DIGEST_PREFIX` and the first
+    :data:`DIGEST_HEX` hex digits of HMAC-SHA256(``digest_key``, value), so equal values
+    stay equal (``kto replay``, a reader comparing two versions) and none can be read back
+    or guessed without the key; :data:`REDACTED` when no key is configured."""
+    if not digest_key:
+        return REDACTED
+    mac = hmac.new(digest_key, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return DIGEST_PREFIX + mac.hexdigest()[:DIGEST_HEX]
+
+
+def is_replaced(value: Any) -> bool:
+    """Whether ``value`` is already what :func:`digest` writes (a digest or :data:`REDACTED`)."""
+    return isinstance(value, str) and (value == REDACTED or _DIGEST.fullmatch(value) is not None)
+
+
+def forget_digests(value: Any) -> Any:
+    """``value`` (JSON-shaped) with every digest read as :data:`REDACTED`: what a reader without
+    the digest key compares (``kto replay``), whichever key wrote it."""
+    if isinstance(value, str):
+        return REDACTED if _DIGEST.fullmatch(value) else value
+    if isinstance(value, dict):
+        return {k: forget_digests(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [forget_digests(v) for v in value]
+    return value
+
+
+def mask(text: str) -> str:
+    """``text`` with whatever looks like a secret masked as :data:`MASK`: the value of every
+    ``NAME=value`` (quoted or not), what follows ``Bearer`` / ``Basic``, and every long
+    token (mixed-case letters with digits, as base64 and JWTs are; or 32+ hex digits).
+    Kubernetes names (lower case) and kto's own words stay. Masking twice changes nothing."""
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}", text)
+    text = _SCHEME.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    return _TOKEN.sub(lambda m: MASK if _looks_like_token(m.group(0)) else m.group(0), text)
+
+
+def _looks_like_token(word: str) -> bool:
+    if _HEX.fullmatch(word):
+        return True
+    return (any(c.isupper() for c in word) and any(c.islower() for c in word)
+            and any(c.isdigit() for c in word))
+
+
+def tail(output: str) -> str:
+    """What a command's ``output`` becomes on the wire: :func:`mask` ed, and only its last
+    :data:`OUTPUT_TAIL` characters, after a mark saying how many came before. Idempotent."""
+    masked = mask(output)
+    cut = _CUT.match(masked)
+    if cut is not None and len(masked) - cut.end() <= OUTPUT_TAIL:
+        return masked
+    if len(masked) <= OUTPUT_TAIL:
+        return masked
+    return f"[kto: {len(masked) - OUTPUT_TAIL} characters cut] {masked[-OUTPUT_TAIL:]}"
+
+
+def was_cut(output: Any) -> bool:
+    """Whether an output on the wire is a :func:`tail` that lost its beginning."""
+    return isinstance(output, str) and _CUT.match(output) is not None
+
+
+def scrub_message(message: str) -> str:
+    """A message on the wire: :func:`mask` ed; one longer than :data:`MESSAGE_KEEP` (a command's
+    output embedded in it) keeps its first half and its last :data:`OUTPUT_TAIL` characters.
+    Idempotent."""
+    masked = mask(message)
+    if len(masked) <= MESSAGE_KEEP:
+        return masked
+    head = masked[:MESSAGE_KEEP // 2]
+    return f"{head} [kto: {len(masked) - len(head) - OUTPUT_TAIL} characters cut] {masked[-OUTPUT_TAIL:]}"
+
+
+def redact(record: Observation | Decision, digest_key: bytes = b"") -> Observation | Decision:
+    """``record`` as it may be written (:func:`redact_object` for what each rule replaces):
+    an Observation's object with the paths replaced or dropped listed in ``redacted`` (a
+    worker that needs them reads the object from the API server); a Decision's detail —
+    the objects its basis carries, its plan, the commands and outputs it names — and its
+    message. The record given is left alone (only the containers on the way to a replaced
+    value are copied)."""
     if isinstance(record, Decision):
-        the_basis = record.detail.get("basis")
-        if not isinstance(the_basis, dict):
-            return record
-        changed = False
-        refs: list[Any] = [the_basis.get("job"), the_basis.get("old"), *(the_basis.get("children") or [])]
-        clean: dict[int, Any] = {}
-        for ref in refs:
-            if isinstance(ref, dict) and isinstance(ref.get("object"), dict):
-                obj, paths = redact_object(ref["object"])
-                if paths:
-                    clean[id(ref)] = {**ref, "object": obj}
-                    changed = True
-        if not changed:
-            return record
-        basis = {**the_basis}
-        for field in ("job", "old"):
-            if id(the_basis.get(field)) in clean:
-                basis[field] = clean[id(the_basis[field])]
-        if isinstance(the_basis.get("children"), list):
-            basis["children"] = [clean.get(id(c), c) for c in the_basis["children"]]
-        return record.model_copy(update={"detail": {**record.detail, "basis": basis}})
-    obj, paths = redact_object(record.object)
+        return _redact_decision(record, digest_key)
+    obj, paths = redact_object(record.object, digest_key)
     if not paths:
         return record
-    return record.model_copy(update={"object": obj, "redacted": sorted([*record.redacted, *paths])})
+    return record.model_copy(update={"object": obj, "redacted": sorted({*record.redacted, *paths})})
 
 
-def redact_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``obj`` with its secret-looking values replaced (see :func:`redact`), and their paths."""
-    found: list[tuple[list[str | int], str]] = []
-    if obj.get("kind") == "Secret":
-        # A Secret's values (the SSH keys kto makes for MPI and et-operator jobs) never go
-        # on the log: kept for the topic's retention, readable by whoever reads it. Its keys
-        # stay, which is all a decision looks at.
-        for field in ("data", "stringData"):
-            values = obj.get(field)
-            if isinstance(values, dict):
-                found.extend(([field, name], f"{field}.{name}") for name, value in values.items()
-                             if isinstance(value, str) and value not in ("", REDACTED))
-    stack: list[tuple[Any, list[str | int], str]] = [(obj, [], "")]
+def _redact_decision(record: Decision, digest_key: bytes) -> Decision:
+    update: dict[str, Any] = {}
+    detail, paths = _redacted(record.detail, digest_key, decision=True)
+    if paths:
+        update["detail"] = detail
+    if (record.action, None) in COMMAND_MESSAGES or (record.action, record.reason) in COMMAND_MESSAGES:
+        message = record.message if is_replaced(record.message) or not record.message else digest(
+            record.message, digest_key)
+    elif record.action in OUTPUT_MESSAGES:
+        message = scrub_message(record.message)
+    else:
+        message = mask(record.message)
+    if message != record.message:
+        update["message"] = message
+    return record.model_copy(update=update) if update else record
+
+
+def redact_detail(detail: dict[str, Any], digest_key: bytes = b"") -> dict[str, Any]:
+    """A Decision's ``detail`` as it may be written (see :func:`redact`)."""
+    return _redacted(detail, digest_key, decision=True)[0]
+
+
+def same_command(recorded: Sequence[str], asked: Sequence[str]) -> bool:
+    """Whether a command as the log holds it (its strings digested) can be ``asked``: as long,
+    each string equal or replaced (without the digest key any replaced string may be any)."""
+    return len(recorded) == len(asked) and all(r == a or is_replaced(r) for r, a in zip(recorded, asked))
+
+
+def redact_object(obj: dict[str, Any], digest_key: bytes = b"") -> tuple[dict[str, Any], list[str]]:
+    """``obj`` as it may be written, and the field paths replaced or dropped:
+
+    * ``metadata.managedFields`` and the annotation :data:`DROPPED_ANNOTATIONS` (``kubectl
+      apply``'s copy of the object as applied, env values and all) are dropped;
+    * the literal ``value`` of every env var (whatever its name; ``valueFrom`` stays), and
+      every string of a ``command`` or ``args`` (containers, init and ephemeral containers,
+      probes and hooks, at any depth: pod templates inside jobs, pods) are replaced by
+      :func:`digest`;
+    * so is every value of a Secret's ``data`` and ``stringData`` (its keys stay, which is
+      all a decision looks at).
+
+    Empty strings stay (they say nothing), and so do values already replaced."""
+    return _redacted(obj, digest_key, decision=False)
+
+
+def _redacted(obj: dict[str, Any], digest_key: bytes, *, decision: bool) -> tuple[dict[str, Any], list[str]]:
+    """The walk behind :func:`redact_object`; ``decision``: ``obj`` is a Decision's detail,
+    whose keys :data:`DIGESTED_DETAIL`, :data:`OUTPUT_DETAIL` and ``message`` are redacted
+    too, but for the objects it carries (under ``object``: a basis's), which are objects."""
+    edits: list[tuple[list[str | int], Any, str]] = []
+    """(keys, new value or _DROP, path) of every change."""
+
+    def replace(keys: list[str | int], path: str, value: Any) -> None:
+        if isinstance(value, str) and value and not is_replaced(value):
+            edits.append((keys, digest(value, digest_key), path))
+
+    stack: list[tuple[Any, list[str | int], str, bool]] = [(obj, [], "", decision)]
     while stack:
-        node, keys, path = stack.pop()
-        if isinstance(node, dict):
-            env = node.get("env")
-            if isinstance(env, list):
-                env_path = limits.segment(path, "env")
-                for index, item in enumerate(env):
-                    if (isinstance(item, dict) and isinstance(item.get("name"), str)
-                            and SECRET_NAME.search(item["name"]) and isinstance(item.get("value"), str)
-                            and item["value"] not in ("", REDACTED)):
-                        found.append(([*keys, "env", index, "value"], f"{env_path}[{index}].value"))
-            for key, child in node.items():
-                if isinstance(child, (dict, list)) and not (key == "env" and isinstance(child, list)):
-                    stack.append((child, [*keys, key], limits.segment(path, str(key))))
-        elif isinstance(node, list):
+        node, keys, path, in_detail = stack.pop()
+        if isinstance(node, list):
             for index, child in enumerate(node):
                 if isinstance(child, (dict, list)):
-                    stack.append((child, [*keys, index], limits.segment(path, index)))
+                    stack.append((child, [*keys, index], limits.segment(path, index), in_detail))
+            continue
+        if not isinstance(node, dict):
+            continue
+        handled: set[str] = set()
+        if node.get("kind") == "Secret":
+            for field in ("data", "stringData"):
+                values = node.get(field)
+                if isinstance(values, dict):
+                    handled.add(field)
+                    field_path = limits.segment(path, field)
+                    for name, value in values.items():
+                        replace([*keys, field, name], limits.segment(field_path, str(name)), value)
+        metadata = node.get("metadata")
+        if isinstance(metadata, dict):
+            meta_path = limits.segment(path, "metadata")
+            if "managedFields" in metadata:
+                edits.append(([*keys, "metadata", "managedFields"], _DROP, limits.segment(meta_path, "managedFields")))
+            annotations = metadata.get("annotations")
+            if isinstance(annotations, dict):
+                for name in DROPPED_ANNOTATIONS:
+                    if name in annotations:
+                        edits.append(([*keys, "metadata", "annotations", name], _DROP,
+                                      limits.segment(limits.segment(meta_path, "annotations"), name)))
+        env = node.get("env")
+        if isinstance(env, list):
+            handled.add("env")
+            env_path = limits.segment(path, "env")
+            for index, item in enumerate(env):
+                if isinstance(item, dict):
+                    replace([*keys, "env", index, "value"], f"{env_path}[{index}].value", item.get("value"))
+                    if isinstance(item.get("valueFrom"), (dict, list)):
+                        stack.append((item["valueFrom"], [*keys, "env", index, "valueFrom"],
+                                      f"{env_path}[{index}].valueFrom", in_detail))
+        for field in dict.fromkeys((*_COMMAND_FIELDS, *(DIGESTED_DETAIL if in_detail else ()))):
+            value = node.get(field)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                handled.add(field)
+                field_path = limits.segment(path, field)
+                for index, item in enumerate(value):
+                    replace([*keys, field, index], f"{field_path}[{index}]", item)
+            elif isinstance(value, str):
+                handled.add(field)
+                replace([*keys, field], limits.segment(path, field), value)
+        if in_detail:
+            for field in OUTPUT_DETAIL:
+                value = node.get(field)
+                if isinstance(value, str) and tail(value) != value:
+                    edits.append(([*keys, field], tail(value), limits.segment(path, field)))
+            value = node.get("message")
+            if isinstance(value, str) and scrub_message(value) != value:
+                edits.append(([*keys, "message"], scrub_message(value), limits.segment(path, "message")))
+        for key, child in node.items():
+            if key in handled or not isinstance(child, (dict, list)):
+                continue
+            if key == "managedFields" and keys and keys[-1] == "metadata":
+                continue  # dropped whole
+            # The objects a basis carries (``object``) are redacted as objects, not as detail.
+            stack.append((child, [*keys, key], limits.segment(path, str(key)), in_detail and key != "object"))
     result: Any = obj
-    for keys, _ in found:
-        result = _replaced(result, keys, REDACTED)
-    return result, [p for _, p in found]
+    for edit_keys, value, _ in edits:
+        result = _replaced(result, edit_keys, value)
+    return result, [p for _, _, p in edits]
 
 
 def _replaced(node: Any, keys: list[str | int], value: Any) -> Any:
-    """A copy of ``node`` with ``value`` at ``keys``; containers off the path are shared."""
+    """A copy of ``node`` with ``value`` at ``keys`` (removed for ``_DROP``); containers
+    off the path are shared."""
     top = node.copy()
     current = top
     for key in keys[:-1]:
         child = current[key].copy()
         current[key] = child
         current = child
-    current[keys[-1]] = value
+    if value is _DROP:
+        del current[keys[-1]]
+    else:
+        current[keys[-1]] = value
     return top
 
 

@@ -10,7 +10,9 @@ What is checked, per job:
 
 * each ``reconcile_pass`` record: its basis (:mod:`shared.core.basis`) rebuilt from
   the record and the log's observations, the plan decided again with the pure core
-  at the recorded clock, and compared with the recorded plan;
+  at the recorded clock, and compared with the recorded plan — both as the log holds
+  them (:func:`records.redact_detail`, digests read as one: literal values from specs
+  never reach the log, so neither side holds them);
 * each ``status_written`` record: the status computed again from its basis and
   compared (conditions, replica statuses, finished);
 * each act of a reconciler (``child_created``, ``child_create_failed``,
@@ -134,7 +136,7 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
         if record.action == deriving.PASS_ACTION:
             report.passes += 1
             plan = record.detail.get("plan")
-            derived = _derive(report, entry.offset, record, lambda inputs: deriving.replan(kind, inputs), versions)
+            derived = _derive(report, entry.offset, record, lambda inputs: _replan(kind, inputs), versions)
             if isinstance(plan, dict):
                 last_pass[record.instance] = plan
                 plans[record.id] = plan
@@ -159,6 +161,18 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
     return report
 
 
+def _replan(kind: str, inputs: basis.Inputs) -> dict[str, Any]:
+    """A pass's plan made again. The commands a TrainingJob pass ran are on the log digested
+    (:func:`records.redact`) and their outputs cut to a tail: a command is matched by pod,
+    container, purpose and shape (:func:`records.same_command`), and a pass that read an
+    output the log no longer holds whole cannot be made again."""
+    cut = [r for r in inputs.extra.get("executed") or [] if isinstance(r, dict) and records.was_cut(r.get("output"))]
+    if cut:
+        raise deriving.Unreplayable(f"the output of its {cut[0].get('purpose')} command is cut on the log "
+                                    f"(a record keeps the last {records.OUTPUT_TAIL} characters)")
+    return deriving.replan(kind, inputs, same_command=records.same_command)
+
+
 def _derive(report: JobReport, offset: int, record: records.Decision, derive: Any,
             versions: dict[basis.Version, dict[str, Any]]) -> Any:
     the_basis = record.detail.get("basis")
@@ -176,8 +190,15 @@ def _derive(report: JobReport, offset: int, record: records.Decision, derive: An
     return None
 
 
+def _normalised(value: Any) -> Any:
+    """``value`` as the log holds it, digests read as one (:func:`records.forget_digests`): the
+    recorded side was redacted when written (with a digest key replay does not have), the
+    derived side is made from redacted inputs; both go through the same rules."""
+    return records.forget_digests(records.redact_detail({"value": _canonical(value)})["value"])
+
+
 def _compare(report: JobReport, offset: int, what: str, recorded: Any, derived: Any) -> None:
-    found = _first_difference(_canonical(recorded), _canonical(derived))
+    found = _first_difference(_normalised(recorded), _normalised(derived))
     if found is None:
         return
     report.divergences += 1

@@ -14,7 +14,7 @@ No I/O, no clock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.api import common, elastic, jobs, mpijobs
@@ -176,18 +176,52 @@ def _no_et_key() -> et_planning.KeyPair:
     return et_planning.KeyPair("", "")
 
 
-def replan(kind: str, inputs: basis.Inputs) -> dict[str, Any]:
-    """The plan a reconcile pass of a ``kind`` job makes from ``inputs``."""
+SameCommand = Callable[[Sequence[str], Sequence[str]], bool]
+"""Whether a command as recorded (its strings possibly replaced on the log) is the one asked for."""
+
+
+def _same(recorded: Sequence[str], asked: Sequence[str]) -> bool:
+    return tuple(recorded) == tuple(asked)
+
+
+def _replayed_chain(training_job: elastic.TrainingJob, children: list[Manifest], scalers: list[elastic.Scaler],
+                    inputs: basis.Inputs, same_command: SameCommand) -> et_decisions.Decision:
+    """The pass's last decision, its chain of commands answered by the results it recorded, in
+    order, as the reconciler runs them (stopping at the first failure): each command asked for
+    takes the first unused result of the same pod, container and purpose whose command
+    ``same_command`` accepts."""
+    recorded = [_exec_result(r) for r in inputs.extra.get("executed") or []]
+    settings = _settings(ElasticSettings, inputs.extra.get("settings"))
+    executed: list[et_decisions.ExecResult] = []
+    while True:
+        decision = et.decide(training_job, children, scalers, inputs.now, key_pair=_no_et_key,
+                             settings=settings, executed=executed)
+        answered = False
+        for command in decision.execs:
+            found = next((r for r in recorded if (r.exec.namespace, r.exec.pod, r.exec.container, r.exec.purpose)
+                          == (command.namespace, command.pod, command.container, command.purpose)
+                          and same_command(r.exec.command, command.command)), None)
+            if found is None:
+                break
+            recorded.remove(found)
+            executed.append(et_decisions.ExecResult(command, found.ok, found.output))
+            answered = True
+            if not found.ok:
+                break
+        if not answered:
+            return decision
+
+
+def replan(kind: str, inputs: basis.Inputs, *, same_command: SameCommand = _same) -> dict[str, Any]:
+    """The plan a reconcile pass of a ``kind`` job makes from ``inputs``; ``same_command``
+    matches a TrainingJob pass's recorded commands (equality unless told otherwise)."""
     if kind == elastic.TrainingJob.KIND:
         try:
             training_job = elastic.load_training_job(inputs.job)
         except elastic.LoadError as exc:
             raise Unreplayable(f"the TrainingJob does not load: {exc}") from None
         scalers, children, _ = split_scalers(inputs.children)
-        executed = [_exec_result(r) for r in inputs.extra.get("executed") or []]
-        decision = et.decide(training_job, children, scalers, inputs.now, key_pair=_no_et_key,
-                             settings=_settings(ElasticSettings, inputs.extra.get("settings")), executed=executed)
-        return elastic_plan(decision)
+        return elastic_plan(_replayed_chain(training_job, children, scalers, inputs, same_command))
     settings = _settings(operator_settings.OperatorSettings, inputs.extra.get("settings"))
     if kind == mpijobs.KIND and mpijobs.is_v2beta1(inputs.job):
         try:

@@ -209,6 +209,16 @@ def _error_from(status: int, body: bytes, headers: Any) -> ApiError:
     return ApiError(status, "", body.decode("utf-8", "replace")[:500], retry_after)
 
 
+def _without_url(exc: BaseException) -> str:
+    """What a failed connection said, without the URL (an exec's holds its command): aiohttp's
+    response errors print theirs."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"{type(exc).__name__}: {exc.status} {exc.message}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"{type(exc).__name__}: cannot connect to {exc.host}:{exc.port}"
+    return type(exc).__name__ if isinstance(exc, aiohttp.InvalidURL) else repr(exc)
+
+
 class _JsonApiClient(k8s_client.ApiClient):
     """kubernetes-asyncio's client, minus the walk that turns OpenAPI model objects
     into JSON-ready values before every request (a tenth of a busy worker's CPU):
@@ -387,20 +397,23 @@ class KubeClient:
         headers: dict[str, str] = {}
         await self._api.update_params_for_auth(headers, [], ["BearerToken"])
         session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        where = f"exec in {namespace}/{pod}/{container}"
+        # The command travels in the URL's query: the span names the path only, the
+        # aiohttp hooks (whose span would hold ``url.full``) are off for it, and no error
+        # message, cause or traceback carries the URL (exceptions are recorded on spans).
         with _tracer.start_as_current_span(
             "POST pods/exec",
             attributes={"http.request.method": "GET", "url.path": path, "server.address": self.host},
-        ):
+        ), tracing.untraced_http():
             try:
                 async with asyncio.timeout(timeout):
-                    return await self._exec(session, url, headers)
+                    return await self._exec(session, url, headers, where)
             except TimeoutError:
-                raise ApiError(0, "Timeout", f"exec in {namespace}/{pod}/{container}: no end after {timeout:g}s") \
-                    from None
+                raise ApiError(0, "Timeout", f"{where}: no end after {timeout:g}s") from None
             except (aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, "ConnectionError", f"exec in {namespace}/{pod}/{container}: {exc!r}") from exc
+                raise ApiError(0, "ConnectionError", f"{where}: {_without_url(exc)}") from None
 
-    async def _exec(self, session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> ExecResult:
+    async def _exec(self, session: aiohttp.ClientSession, url: str, headers: dict[str, str], where: str) -> ExecResult:
         try:
             ws = await session.ws_connect(url, protocols=EXEC_PROTOCOLS, headers=headers, autoping=True,
                                           max_msg_size=0)
@@ -419,7 +432,7 @@ class KubeClient:
                 elif channel == 3 and len(error) < EXEC_OUTPUT_LIMIT:
                     error += data
         if not error:
-            raise ApiError(0, "ConnectionError", f"{url}: the exec stream ended without a status")
+            raise ApiError(0, "ConnectionError", f"{where}: the exec stream ended without a status")
         try:
             status = json.loads(error)
         except ValueError:
@@ -439,7 +452,7 @@ class KubeClient:
                     return _error_from(response.status, await response.read(), response.headers)
         except aiohttp.ClientError:
             pass
-        return ApiError(exc.status, "", exc.message)
+        return ApiError(exc.status, "", str(exc.message))
 
     async def get(self, rt: resources.ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
         return await self.request("GET", rt.path(namespace, name), route=rt.plural)

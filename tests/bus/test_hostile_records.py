@@ -52,24 +52,24 @@ def pod(*env: dict[str, Any]) -> dict[str, Any]:
             "status": {"phase": "Running"}}
 
 
-def test_secret_looking_literal_env_values_are_redacted_before_a_record_is_written() -> None:
+def test_literal_env_values_are_redacted_before_a_record_is_written() -> None:
     obj = pod({"name": "DB_PASSWORD", "value": "hunter2"}, {"name": "Api_Key", "value": "k3y"},
               {"name": "GITHUB_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gh", "key": "token"}}},
               {"name": "CLIENT_SECRET", "value": ""}, {"name": "MODEL", "value": "llama"})
     data = records.encode(observation(obj))
-    assert b"hunter2" not in data and b"k3y" not in data and b"t0k" not in data
+    assert b"hunter2" not in data and b"k3y" not in data and b"t0k" not in data and b"llama" not in data
     decoded = records.decode(data)
     assert isinstance(decoded, records.Observation)
     env = decoded.object["spec"]["containers"][0]["env"]
-    assert [e.get("value") for e in env] == [records.REDACTED, records.REDACTED, None, "", "llama"]
+    assert [e.get("value") for e in env] == [records.REDACTED, records.REDACTED, None, "", records.REDACTED]
     assert env[2]["valueFrom"] == {"secretKeyRef": {"name": "gh", "key": "token"}}
     assert decoded.redacted == ["spec.containers[0].env[0].value", "spec.containers[0].env[1].value",
-                                "spec.initContainers[0].env[0].value"]
+                                "spec.containers[0].env[4].value", "spec.initContainers[0].env[0].value"]
     assert obj["spec"]["containers"][0]["env"][0]["value"] == "hunter2", "the caller's object is left alone"
 
 
-def test_a_record_without_secrets_is_written_as_before() -> None:
-    obj = pod({"name": "MODEL", "value": "llama"})
+def test_a_record_without_literal_values_is_written_as_before() -> None:
+    obj = pod({"name": "MODEL", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "model"}}})
     del obj["spec"]["initContainers"]
     data = records.encode(observation(obj))
     assert b'"redacted"' not in data and b'"omitted"' not in data

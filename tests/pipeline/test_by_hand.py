@@ -19,7 +19,7 @@ import pytest
 from shared.bus.settings import KafkaSettings
 from tests.fixtures.broker import topics_of_this_test
 from tests.fixtures.pipeline import CLUSTER, Pipeline
-from tests.pipeline.test_otlp_traces import _start
+from tests.pipeline.test_otlp_traces import services_as_processes
 from tests.pipeline.test_pipeline import job
 
 FALLBACK = "grants no producer id (InitProducerId answered UnknownError): publishing without idempotence"
@@ -37,31 +37,12 @@ def by_hand(kafka: KafkaSettings, **variables: str) -> dict[str, str]:
 async def test_workers_told_only_the_bootstrap_run_a_job_and_say_once_when_the_broker_grants_no_producer_id(
     pipeline: Pipeline, tmp_path: pathlib.Path,
 ) -> None:
-    for name in ("watcher", "reconciler", "status"):
-        await pipeline.stop(name)
-    env, kubeconfig, topic = by_hand(pipeline.kafka), str(pipeline.kubeconfig), pipeline.kafka.jobs_topic
-    scoped = ["--namespace", pipeline.namespace, "--lease-namespace", pipeline.namespace] if pipeline.tier == "kube" else []
-    logs = {name: tmp_path / f"{name}.log" for name in ("watcher", "reconciler", "status")}
-    processes = [
-        await _start(["watcher", "--cluster", CLUSTER, "--context", CLUSTER, "--kubeconfig", kubeconfig,
-                      "--lease-duration", "3", *scoped], env, logs["watcher"]),
-        await _start(["reconciler", "--kubeconfig", kubeconfig, "--group", f"kto-reconciler-{topic}"],
-                     env, logs["reconciler"]),
-        await _start(["status-service", "--kubeconfig", kubeconfig, "--group", f"kto-status-{topic}"],
-                     env, logs["status"]),
-    ]
-    try:
+    async with services_as_processes(pipeline, by_hand(pipeline.kafka), tmp_path) as logs:
         await pipeline.submit(job("PyTorchJob", "by-hand", {"Master": (1, "OnFailure"), "Worker": (1, "OnFailure")},
                                   "pytorch"))
         await pipeline.wait_for("PyTorchJob", "by-hand", "Succeeded", timeout=90)
         assert len(await pipeline.pods("by-hand")) == 2
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            await asyncio.get_running_loop().run_in_executor(None, process.wait, 30)
     texts = {name: log.read_text() for name, log in logs.items()}
-    assert [p.returncode for p in processes] == [0, 0, 0], texts
     expected = 1 if pipeline.tier == "sim" else 0  # Tansu refuses InitProducerId; Kafka grants it
     for name, text in texts.items():
         said = [line for line in text.splitlines() if FALLBACK in line]

@@ -61,10 +61,13 @@ class Collector:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.requests = 0
+        self.bodies: list[bytes] = []
+        """Every request's body as sent: every string of every span, event and resource is in it."""
 
     async def receive(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         assert request.content_type == "application/x-protobuf", request.content_type
-        export = trace_service_pb2.ExportTraceServiceRequest.FromString(await request.read())
+        self.bodies.append(await request.read())
+        export = trace_service_pb2.ExportTraceServiceRequest.FromString(self.bodies[-1])
         for resource_spans in export.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
@@ -104,40 +107,57 @@ async def _start(command: list[str], env: dict[str, str], log: pathlib.Path) -> 
     return process
 
 
-async def test_a_job_applied_with_a_traceparent_is_one_trace_across_the_three_services(
-    pipeline: Pipeline, tmp_path: pathlib.Path,
-) -> None:
+def otlp_env(pipeline: Pipeline, endpoint: str, **extra: str) -> dict[str, str]:
+    """The environment of services configured only by the standard OTEL_* variables (spans to
+    ``endpoint``), the pipeline's Kafka settings and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KTO_TRACES"))}
+    env.update(pipeline.kafka.to_env(), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_BSP_SCHEDULE_DELAY="200",
+               KTO_KAFKA_SESSION_TIMEOUT_MS="6000", KTO_KAFKA_HEARTBEAT_INTERVAL_MS="300", **extra)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def services_as_processes(
+    pipeline: Pipeline, env: dict[str, str], directory: pathlib.Path,
+) -> AsyncIterator[dict[str, pathlib.Path]]:
+    """The pipeline's watcher, reconciler and status service as `kto` processes told ``env`` instead
+    of running in the test; their log files by service. Stopped with SIGTERM (batched spans are sent
+    before a process exits), each must exit with 0."""
     for name in ("watcher", "reconciler", "status"):
         await pipeline.stop(name)
     topic = pipeline.kafka.jobs_topic
-    async with collector() as (received, endpoint):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KTO_TRACES"))}
-        env.update(pipeline.kafka.to_env(), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_BSP_SCHEDULE_DELAY="200",
-                   OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=otlp-test",
-                   KTO_KAFKA_SESSION_TIMEOUT_MS="6000", KTO_KAFKA_HEARTBEAT_INTERVAL_MS="300")
-        scoped = ["--namespace", pipeline.namespace, "--lease-namespace", pipeline.namespace] if pipeline.tier == "kube" else []
-        kubeconfig = str(pipeline.kubeconfig)
-        processes = [
-            await _start(["watcher", "--cluster", CLUSTER, "--context", CLUSTER, "--kubeconfig", kubeconfig,
-                          "--lease-duration", "3", *scoped], env, tmp_path / "watcher.log"),
-            await _start(["reconciler", "--kubeconfig", kubeconfig, "--group", f"kto-reconciler-{topic}"],
-                         env, tmp_path / "reconciler.log"),
-            await _start(["status-service", "--kubeconfig", kubeconfig, "--group", f"kto-status-{topic}"],
-                         env, tmp_path / "status.log"),
-        ]
-        try:
-            manifest = job("PyTorchJob", "traced", {"Master": (1, "OnFailure"), "Worker": (1, "OnFailure")}, "pytorch")
-            manifest["metadata"]["annotations"] = {"kto.dev/traceparent": f"00-{TRACE_ID}-{ROOT_SPAN_ID}-01"}
-            manifest["metadata"]["namespace"] = pipeline.namespace
-            await Kubectl(pipeline.kubeconfig, tmp_path / "kube-cache")("apply", "-f", "-", input=yaml.safe_dump(manifest))
-            await pipeline.wait_for("PyTorchJob", "traced", "Succeeded", timeout=60)
-        finally:
-            for process in processes:
-                process.terminate()  # SIGTERM: the batched spans are sent before the process exits
-            for process in processes:
-                await asyncio.get_running_loop().run_in_executor(None, process.wait, 30)
-        assert [p.returncode for p in processes] == [0, 0, 0], [(tmp_path / f"{n}.log").read_text()
-                                                                for n in ("watcher", "reconciler", "status")]
+    scoped = ["--namespace", pipeline.namespace, "--lease-namespace", pipeline.namespace] if pipeline.tier == "kube" else []
+    kubeconfig = str(pipeline.kubeconfig)
+    logs = {name: directory / f"{name}.log" for name in ("watcher", "reconciler", "status")}
+    processes = [
+        await _start(["watcher", "--cluster", CLUSTER, "--context", CLUSTER, "--kubeconfig", kubeconfig,
+                      "--lease-duration", "3", *scoped], env, logs["watcher"]),
+        await _start(["reconciler", "--kubeconfig", kubeconfig, "--group", f"kto-reconciler-{topic}"],
+                     env, logs["reconciler"]),
+        await _start(["status-service", "--kubeconfig", kubeconfig, "--group", f"kto-status-{topic}"],
+                     env, logs["status"]),
+    ]
+    try:
+        yield logs
+    finally:
+        for process in processes:
+            process.terminate()  # SIGTERM: the batched spans are sent before the process exits
+        for process in processes:
+            await asyncio.get_running_loop().run_in_executor(None, process.wait, 30)
+    assert [p.returncode for p in processes] == [0, 0, 0], [log.read_text() for log in logs.values()]
+
+
+async def test_a_job_applied_with_a_traceparent_is_one_trace_across_the_three_services(
+    pipeline: Pipeline, tmp_path: pathlib.Path,
+) -> None:
+    topic = pipeline.kafka.jobs_topic
+    async with collector() as (received, endpoint), services_as_processes(pipeline, otlp_env(
+            pipeline, endpoint, OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=otlp-test"), tmp_path):
+        manifest = job("PyTorchJob", "traced", {"Master": (1, "OnFailure"), "Worker": (1, "OnFailure")}, "pytorch")
+        manifest["metadata"]["annotations"] = {"kto.dev/traceparent": f"00-{TRACE_ID}-{ROOT_SPAN_ID}-01"}
+        manifest["metadata"]["namespace"] = pipeline.namespace
+        await Kubectl(pipeline.kubeconfig, tmp_path / "kube-cache")("apply", "-f", "-", input=yaml.safe_dump(manifest))
+        await pipeline.wait_for("PyTorchJob", "traced", "Succeeded", timeout=60)
 
     spans = [s for s in received.spans if s.trace_id == TRACE_ID]
     assert {s.service for s in spans} == {"kto-watcher", "kto-reconciler", "kto-status"}, {s.service for s in spans}
