@@ -194,7 +194,8 @@ async def run(
     started = checks.gate("consumer", "the consumer has not started yet")
     keyring = signing.Keyring.from_env()
     publisher = producing.Publisher(kafka, identity.service, identity.instance, on_event=[service_metrics.on_bus_event],
-                                    signer=None if keyring is None else keyring.signer(identity.service))
+                                    signer=None if keyring is None else keyring.signer(identity.service),
+                                    digest_key=b"" if keyring is None else keyring.digest_key)
     checks.add("broker", publisher.ping)
     add_cluster_checks(checks, clusters, cluster_names(identity.kubeconfig, identity.in_cluster_name))
     async with contextlib.AsyncExitStack() as stack:

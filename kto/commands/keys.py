@@ -6,7 +6,8 @@ In: a keyring file (JSON, :mod:`shared.bus.signing`) and what to do with it:
 role signs with it from now; its old active key stays ``trusted``), ``retire ID``
 (no longer trusted: records signed with it are refused, and shown as such), and
 ``public OUT`` / ``private ROLE OUT`` (the files a deployment mounts: every public key
-for all; one service's private key for that service only).
+and the digest key literal values are digested under, for every service; one service's
+private key for that service only).
 Out: the file rewritten in place (0600, replaced atomically, so a service reading it
 never sees half of it), and one line saying what changed. Never prints a private key.
 """
@@ -49,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action = sub.add_parser(name, help=what)
         action.add_argument("file", type=pathlib.Path)
         action.add_argument("id")
-    public = sub.add_parser("public", help="write every public key (no private one) to OUT, for readers")
+    public = sub.add_parser("public", help="write every public key (no private one) and the digest key to OUT, "
+                                           "for every service")
     public.add_argument("file", type=pathlib.Path)
     public.add_argument("out", type=pathlib.Path)
     private = sub.add_parser("private", help="write one role's private keys to OUT, for that service only")
@@ -58,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     private.add_argument("out", type=pathlib.Path)
 
 
-def _entries(path: pathlib.Path) -> list[dict[str, Any]]:
-    """The file's entries, checked as a service would read them."""
+def _entries(path: pathlib.Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The file's entries and digest key, checked as a service would read them."""
     from kto.cli import UserError
     from shared.bus import signing
 
@@ -68,7 +70,7 @@ def _entries(path: pathlib.Path) -> list[dict[str, Any]]:
         document = json.loads(path.read_text(encoding="utf-8"))
     except signing.KeyringError as exc:
         raise UserError(str(exc)) from None
-    return list(document["keys"])
+    return list(document["keys"]), document.get("digest_key")
 
 
 def _stamp() -> str:
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             signing.new_keyring(path, _stamp())
             print(f"{path}: one active key per service ({', '.join(signing.ROLES)}), readable by its owner only")
             return 0
-        entries = _entries(path)
+        entries, digest_key = _entries(path)
         if args.action == "list":
             for entry in entries:
                 print(f"{entry['id']}\t{entry['role']}\t{entry.get('state', 'active')}\t"
@@ -124,8 +126,9 @@ def run(args: argparse.Namespace) -> int:
             chosen["state"] = "retired"
             said = f"{args.id} retired: records signed with it are refused from now"
         elif args.action == "public":
-            signing.write_keyring(args.out, [{k: v for k, v in e.items() if k != "private"} for e in entries])
-            print(f"{args.out}: {len(entries)} public keys")
+            signing.write_keyring(args.out, [{k: v for k, v in e.items() if k != "private"} for e in entries],
+                                  digest_key)
+            print(f"{args.out}: {len(entries)} public keys" + (" and the digest key" if digest_key else ""))
             return 0
         else:
             mine = [e for e in entries if e["role"] == args.role and e.get("private")]
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             signing.write_keyring(args.out, mine)
             print(f"{args.out}: {len(mine)} private key(s) of {args.role}, readable by its owner only")
             return 0
-        signing.write_keyring(path, entries)
+        signing.write_keyring(path, entries, digest_key)
     except signing.KeyringError as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

@@ -145,6 +145,7 @@ async def run(
     publisher = producing.Publisher(
         kafka_settings, watching.SOURCE, settings.identity, on_event=[outage, service_metrics.on_bus_event],
         signer=None if keyring is None else keyring.signer(watching.SOURCE),
+        digest_key=b"" if keyring is None else keyring.digest_key,
     )
     checks.add("broker", publisher.ping)
     checks.add("cluster", _not_connected)

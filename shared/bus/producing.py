@@ -86,12 +86,15 @@ class Publisher(lifecycle.Started):
         on_event: Iterable[events.Hook] = (),
         policy: retrying.RetryPolicy = retrying.RetryPolicy(),
         signer: signing.Signer | None = None,
+        digest_key: bytes = b"",
     ) -> None:
         """``signer``: signs every record written with :meth:`publish`, :meth:`submit` or
-        :meth:`publish_many` (:mod:`shared.bus.signing`); :meth:`send_raw` writes bytes as given."""
+        :meth:`publish_many` (:mod:`shared.bus.signing`); :meth:`send_raw` writes bytes as given.
+        ``digest_key``: literal values are replaced by their digest under it (:func:`records.encode`)."""
         self._settings = settings
         self._source = source
         self._signer = signer
+        self._digest_key = digest_key
         self._instance = instance
         self._emit = events.Emitter(on_event)
         self._policy = policy
@@ -200,7 +203,7 @@ class Publisher(lifecycle.Started):
         its job key, with the current trace context in its headers."""
         record = self._stamp(record)
         topic = topic or self._settings.jobs_topic
-        value = records.encode(record)
+        value = records.encode(record, self._digest_key)
         with _tracer.start_as_current_span(
             spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
             attributes=spans.publishing(topic, record, size=len(value)),
@@ -231,7 +234,7 @@ class Publisher(lifecycle.Started):
         """
         record = self._stamp(record)
         topic = topic or self._settings.jobs_topic
-        value, key = records.encode(record), record.key.encode()
+        value, key = records.encode(record, self._digest_key), record.key.encode()
         span = _tracer.start_span(
             spans.publish_name(topic), kind=trace.SpanKind.PRODUCER,
             attributes=spans.publishing(topic, record, size=len(value)),
@@ -326,7 +329,7 @@ class Publisher(lifecycle.Started):
             futures: list[asyncio.Future[Any] | BaseException] = []
             wires = []
             for record in stamped:
-                value, key = records.encode(record), record.key.encode()
+                value, key = records.encode(record, self._digest_key), record.key.encode()
                 wires.append((value, key, self._headers(trace_headers, record, key, value)))
                 try:
                     futures.append(await producer.send(topic, value, key=key, headers=wires[-1][2]))

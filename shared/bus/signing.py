@@ -1,8 +1,11 @@
 """Provenance of records: Ed25519 signatures over every record kto writes to the jobs topic.
 
 In: a keyring — one or more JSON files (``KTO_SIGNING_KEYS``, paths separated by commas),
-each ``{"keys": [{"id", "role", "public", "private"?, "state"?}, ...]}`` — and a record's
-Kafka key, value and ``kto-type`` header.
+each ``{"keys": [{"id", "role", "public", "private"?, "state"?}, ...], "digest_key"?}`` —
+and a record's Kafka key, value and ``kto-type`` header. ``digest_key`` (base64, 32 bytes,
+the same in every file that has one) is what every service digests literal values under
+on the wire (:func:`shared.bus.records.digest`), so digests of one value agree across
+services and ``kto replay`` compares plans without the values.
 Out: for a writer, the two headers that sign a record (:data:`KEY_ID_HEADER`,
 :data:`SIGNATURE_HEADER`), made with the active private key of the writer's role
 (:class:`Signer`); for a reader, a :class:`Verdict` per record: authentic, or why not
@@ -100,7 +103,7 @@ def _b64(raw: str, where: str, size: int) -> bytes:
     except (binascii.Error, ValueError):
         raise KeyringError(f"{where}: not base64") from None
     if len(data) != size:
-        raise KeyringError(f"{where}: {len(data)} bytes, an Ed25519 key is {size}")
+        raise KeyringError(f"{where}: {len(data)} bytes, {size} expected")
     return data
 
 
@@ -117,13 +120,23 @@ def private_bytes(key: ed25519.Ed25519PrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def _parse(path: pathlib.Path, text: str) -> list[Key]:
+DIGEST_KEY_BYTES = 32
+"""Size of the key literal values are digested under on the wire (:func:`shared.bus.records.digest`)."""
+
+
+def _parse(path: pathlib.Path, text: str) -> tuple[list[Key], bytes | None]:
+    """The keys of one file, and its ``digest_key`` if it has one."""
     try:
         document = json.loads(text)
     except ValueError as exc:
         raise KeyringError(f"{path}: not JSON ({exc})") from None
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
         raise KeyringError(f"{path}: must be an object with a list 'keys'")
+    digest_key = None
+    if document.get("digest_key") is not None:
+        if not isinstance(document["digest_key"], str):
+            raise KeyringError(f"{path}: digest_key: must be base64 of {DIGEST_KEY_BYTES} bytes")
+        digest_key = _b64(document["digest_key"], f"{path}: digest_key", DIGEST_KEY_BYTES)
     found: list[Key] = []
     for index, entry in enumerate(document["keys"]):
         where = f"{path}: keys[{index}]"
@@ -147,7 +160,7 @@ def _parse(path: pathlib.Path, text: str) -> list[Key]:
             if public_bytes(private.public_key()) != public_bytes(public):
                 raise KeyringError(f"{where}.private: does not belong to the public key given")
         found.append(Key(kid, role, public, private, state, str(path)))
-    return found
+    return found, digest_key
 
 
 def _merge(keys: Sequence[Key]) -> dict[str, Key]:
@@ -185,7 +198,7 @@ class Keyring:
             raise KeyringError(f"{ENV}: no keyring file named")
         self._paths = tuple(paths)
         self._stamps = self._stat()
-        self._keys = self._read()
+        self._keys, self._digest_key = self._read()
         self._checked = time.monotonic()
 
     @classmethod
@@ -210,15 +223,22 @@ class Keyring:
             stamps.append((st.st_mtime_ns, st.st_size))
         return tuple(stamps)
 
-    def _read(self) -> dict[str, Key]:
+    def _read(self) -> tuple[dict[str, Key], bytes]:
         keys: list[Key] = []
+        digests: dict[bytes, pathlib.Path] = {}
         for path in self._paths:
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise KeyringError(f"keyring {path}: {getattr(exc, 'strerror', None) or exc}") from None
-            keys.extend(_parse(path, text))
-        return _merge(keys)
+            found, digest_key = _parse(path, text)
+            keys.extend(found)
+            if digest_key is not None:
+                digests.setdefault(digest_key, path)
+        if len(digests) > 1:
+            raise KeyringError(f"{' and '.join(str(p) for p in digests.values())}: different digest_key values; "
+                               f"every service must digest alike")
+        return _merge(keys), next(iter(digests), b"")
 
     def refresh(self) -> None:
         """Read the files again if they changed (at most every :data:`RELOAD_EVERY` s). A file
@@ -231,15 +251,24 @@ class Keyring:
             stamps = self._stat()
             if stamps == self._stamps:
                 return
-            keys = self._read()
+            keys, digest_key = self._read()
         except KeyringError as exc:
             log.error("keyring not reloaded, the keys read before stay in use: %s", exc)
             return
+        if digest_key != self._digest_key:
+            log.error("keyring %s: its digest_key changed; the one read at start stays in use (restart the "
+                      "service to take the new one, or digests on the log stop matching)", self._paths[0])
         self._stamps, self._keys = stamps, keys
         log.info("keyring reloaded: %d keys", len(keys))
 
     def keys(self) -> dict[str, Key]:
         return dict(self._keys)
+
+    @property
+    def digest_key(self) -> bytes:
+        """The key literal values are digested under on the wire (b"" when no file has one: they
+        are then replaced by a plain marker)."""
+        return self._digest_key
 
     def signer(self, role: str) -> Signer:
         """The signer of a service of ``role``: the role's active key with a private part;
@@ -326,10 +355,14 @@ def new_key(kid: str, role: str, state: State = "active") -> dict[str, str]:
             "private": _encode(private_bytes(private))}
 
 
-def write_keyring(path: pathlib.Path, entries: Sequence[Mapping[str, Any]]) -> None:
-    """Write a keyring file, readable by its owner only (it holds private keys)."""
+def write_keyring(path: pathlib.Path, entries: Sequence[Mapping[str, Any]], digest_key: str | None = None) -> None:
+    """Write a keyring file (``digest_key``: base64, kept as given), readable by its owner only (it holds
+    private keys, or the digest key)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text = json.dumps({"keys": list(entries)}, indent=2) + "\n"
+    document: dict[str, Any] = {"keys": list(entries)}
+    if digest_key is not None:
+        document["digest_key"] = digest_key
+    text = json.dumps(document, indent=2) + "\n"
     partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -339,5 +372,6 @@ def write_keyring(path: pathlib.Path, entries: Sequence[Mapping[str, Any]]) -> N
 
 
 def new_keyring(path: pathlib.Path, stamp: str) -> None:
-    """A keyring with one active key per role (``<role>-<stamp>``)."""
-    write_keyring(path, [new_key(f"{role}-{stamp}", role) for role in ROLES])
+    """A keyring with one active key per role (``<role>-<stamp>``) and a digest key."""
+    write_keyring(path, [new_key(f"{role}-{stamp}", role) for role in ROLES],
+                  _encode(os.urandom(DIGEST_KEY_BYTES)))

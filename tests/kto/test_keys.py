@@ -59,10 +59,13 @@ def test_public_and_private_files_split_a_keyring_for_a_deployment(tmp_path: Pat
     keys("init", str(path))
     assert keys("public", str(path), str(tmp_path / "public.json")).returncode == 0
     assert keys("private", str(path), "status", str(tmp_path / "status.json")).returncode == 0
-    public = json.loads((tmp_path / "public.json").read_text())["keys"]
+    document = json.loads((tmp_path / "public.json").read_text())
+    public = document["keys"]
     assert len(public) == 3 and not any("private" in k for k in public)
+    assert document["digest_key"] == json.loads(path.read_text())["digest_key"], "every service digests alike"
     both = signing.Keyring([tmp_path / "public.json", tmp_path / "status.json"])
     both.signer("status")
+    assert len(both.digest_key) == signing.DIGEST_KEY_BYTES
     with pytest.raises(signing.KeyringError, match="role 'watcher'"):
         both.signer("watcher")
     assert "private" not in keys("list", str(path)).stdout.replace("private+public", "")

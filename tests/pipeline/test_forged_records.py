@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench import chaos
-from shared.bus import producing, records
+from shared.bus import producing, reading, records
 from shared.kube import resources
 from tests.bus.test_consuming import read_topic
 from tests.fixtures.pipeline import Pipeline
@@ -174,3 +174,28 @@ async def test_a_forged_training_job_naming_another_namespace_execs_only_in_its_
     assert elsewhere == [], elsewhere
     pods = [p["metadata"]["name"] for p in (await pipeline.client.list(resources.PODS, pipeline.namespace))[0]]
     assert f"{TRAINING_JOB}-worker-2" not in pods
+
+
+async def test_a_finished_jobs_own_authentic_records_replayed_in_reverse_order_change_nothing(
+    pipeline: Pipeline,
+) -> None:
+    """Old authentic records sent again (a replay), newest first (reordered): each passes the signature check,
+    and none leads to an act, since an act rests on what the API server says now."""
+    name = "replayed"
+    await pipeline.submit(pytorchjob(name, duration="1s"))
+    done = await pipeline.wait_for("PyTorchJob", name, "Succeeded", timeout=90)
+    key = pipeline.key("PyTorchJob", name)
+    await asyncio.sleep(2.0)  # the last status records on the log
+    trail = [raw async for raw in reading.scan(pipeline.kafka, accept=lambda k: k == key, key=key)]
+    assert len(trail) > 5
+    before = len(pipeline.requests())
+    async with producing.Publisher(pipeline.kafka, "replayer", "replayer") as out:
+        for raw in reversed(trail):
+            await out.send_raw(pipeline.kafka.jobs_topic, raw.value, key=raw.key.encode(), headers=list(raw.signature))
+    await asyncio.sleep(4.0)
+    acts = [r for r in pipeline.requests()[before:] if r["verb"] in ("create", "delete", "update", "patch")
+            and r["resource"].split(".")[0] not in ("leases", "events")]
+    assert acts == [], acts
+    after = await pipeline.job("PyTorchJob", name)
+    assert after["status"] == done["status"]
+    assert await read_topic(pipeline.kafka, pipeline.kafka.dlq_topic) == []

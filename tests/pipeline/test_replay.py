@@ -4,7 +4,8 @@ Jobs run through the watcher, reconciler and status worker; then, as a user runs
 ``kto replay`` makes every recorded pass, status write and act again and finds no
 divergence; ``kto history --timeline`` shows each pod's life as the API server ended it;
 ``kto export`` copies the log, and a divergence planted in the copy (a status that was not
-computed, a pod that was not planned) is found, named by its offset, with exit 1.
+computed, a pod that was not planned) is found, named by its offset: as not authentic with the
+signing keys (exit 3 with ``--verify``), as a divergence without them (exit 1).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from tests.fixtures.pipeline import Pipeline
@@ -23,12 +25,17 @@ from tests.pipeline.test_pipeline import job
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-async def kto(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+async def kto(pipeline: Pipeline, *args: str, keys: bool = True) -> subprocess.CompletedProcess[str]:
+    """``kto ARGS`` with the services' signing keys (``KTO_SIGNING_KEYS``), or with none at all (``keys=False``:
+    none named, and run where no ``kto up`` left its own)."""
     env = {**os.environ, **pipeline.kafka.to_env(), "PYTHONPATH": str(ROOT)}
+    if not keys:
+        env["KTO_SIGNING_KEYS"] = ""
 
     def call() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kto", *args], capture_output=True, text=True, cwd=ROOT,
-                              env=env, timeout=300, check=False)
+        with tempfile.TemporaryDirectory() as elsewhere:
+            return subprocess.run([sys.executable, "-m", "kto", *args], capture_output=True, text=True,
+                                  cwd=ROOT if keys else elsewhere, env=env, timeout=300, check=False)
 
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
@@ -100,7 +107,15 @@ async def test_replay_of_a_run_finds_no_divergence_and_history_matches_the_pods_
             lines[index] = json.dumps({**row, "value": json.dumps(value)})
         path.write_text("\n".join(lines) + "\n")
     assert set(planted) == {"steady", "bumpy"}
-    lied = await kto(pipeline, "replay", "--all", "-n", ns, "--from", str(archive))
+    # With the keys, an altered record is caught before it is replayed: it is not authentic.
+    checked = await kto(pipeline, "replay", "--all", "-n", ns, "--from", str(archive), "--verify")
+    assert checked.returncode == 3, checked.stdout + checked.stderr
+    for name, offset in planted.items():
+        assert any(f"/{name}  NOT AUTHENTIC offset {offset}: bad signature" in line
+                   for line in checked.stdout.splitlines()), checked.stdout
+    assert "0 diverged" in checked.stdout
+    # Without them (an archive read where the keys are not), replay still finds the lies by deciding again.
+    lied = await kto(pipeline, "replay", "--all", "-n", ns, "--from", str(archive), keys=False)
     assert lied.returncode == 1, lied.stdout + lied.stderr
     assert "Traceback" not in lied.stderr
     lines = lied.stdout.splitlines()
@@ -149,7 +164,7 @@ async def test_replay_of_a_job_that_never_existed_or_an_empty_archive_is_one_lin
     assert nothing.stderr.strip() == f"kto replay: error: --from {empty}: no .jsonl files (written by kto export)"
     (empty / "kto.jobs-0.jsonl").write_text('{"partition": 0, "offset": 0, "timestamp_ms": 1, "key": "a/b/PyTorchJob/c", '
                                             '"value": "{\\"schema_version\\": 9}"}\n{"trunc')
-    damaged = await kto(pipeline, "replay", "--all", "--from", str(empty))
+    damaged = await kto(pipeline, "replay", "--all", "--from", str(empty), keys=False)
     assert "Traceback" not in damaged.stderr, damaged.stderr
     assert f"{empty / 'kto.jobs-0.jsonl'}:2: not an exported record" in damaged.stderr
     assert "not checked: offset 0: does not decode (unknown schema_version 9" in damaged.stdout
