@@ -1,4 +1,4 @@
-"""`kto chaos` as a user runs it, short and seeded, on each tier: every invariant holds.
+"""`kto chaos` as a user runs it, short and seeded, on each tier: every invariant holds, forged records included.
 
 And the planning it rests on, without a cluster: the same seed gives the same jobs and faults, every
 case and fault kind is in the mix.
@@ -41,9 +41,9 @@ def test_the_load_holds_every_case_and_the_schedule_every_fault() -> None:
                      "clean-running", "ttl", "deadline", "suspend", "hostile"}
     assert {j.kind for j in jobs} == {"PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob"}
     sim_faults = {f.what for f in chaos.plan_faults(rng, chaos.ChaosSettings(), 2, 2, ["watcher-kto-1"])}
-    assert sim_faults == {"kill", "broker-restart", "garbage", "api-faults", "api-faults-off"}
+    assert sim_faults == {"kill", "broker-restart", "garbage", "forge", "api-faults", "api-faults-off"}
     real = {f.what for f in chaos.plan_faults(rng, chaos.ChaosSettings(real_tier=True), 2, 2, ["watcher-kto-1"])}
-    assert real == {"kill", "broker-restart", "garbage", "apiserver-kill"}
+    assert real == {"kill", "broker-restart", "garbage", "forge", "apiserver-kill"}
 
 
 def created(name: str, times: int) -> list[dict[str, object]]:
@@ -96,4 +96,5 @@ def test_a_short_seeded_chaos_run_keeps_every_invariant(tier: tuple[str, str], t
     assert result.returncode == 0
     assert summary["injected"]["kill"] >= 3 and summary["injected"]["broker-restart"] == 1
     assert summary["injected"]["malformed_records"] == 12
+    assert summary["injected"]["forged_records"] > 0 and "forged_acts" in summary["invariants"]
     assert summary["convergence_s"] is not None and summary["convergence_s"] <= chaos.CONVERGENCE_GOAL_S
