@@ -58,6 +58,7 @@ RECORDS_CONSUMED = "kto_records_consumed_total"
 RECORDS_PUBLISHED = "kto_records_published_total"
 RECORDS_DEAD_LETTERED = "kto_records_dead_lettered_total"
 RECORDS_REJECTED = "kto_records_rejected_total"
+CONFIRMATIONS = "kto_confirmations_total"
 STATUS_WRITES = "kto_status_writes_total"
 STATUS_WRITES_SKIPPED = "kto_status_writes_skipped_total"
 
@@ -213,6 +214,10 @@ class ServiceMetrics:
         self.status_writes = counter(STATUS_WRITES, "Job status writes, by job kind.", ["kind"])
         self.status_writes_skipped = counter(STATUS_WRITES_SKIPPED, "Status passes that wrote nothing: the "
                                              "stored status was already the computed one.", ["kind"])
+        self.confirmations = counter(CONFIRMATIONS, "Acts a record's word called for, read again from the API "
+                                     "server before being carried out, by what the answer called for: 'same' "
+                                     "(an act still), 'overruled' (no act: the record was stale or forged).",
+                                     ["service", "outcome"])
         self._lag = _LagCollector()
         self.registry.register(self._lag)
         prometheus_client.ProcessCollector(registry=self.registry)
@@ -313,6 +318,11 @@ class ServiceMetrics:
                                    ("Failed", self.jobs_failed)):
             if condition in made_true:
                 self._count_job(counter, job_key)
+
+    def confirmed(self, service: str, overruled: bool) -> None:
+        """A worker read the API server before acting on a record's word; ``overruled``: its answer called
+        for no act."""
+        self.confirmations.labels(service, "overruled" if overruled else "same").inc()
 
     def status_write_skipped(self, kind: str) -> None:
         """A status pass found the stored status up to date and wrote nothing."""

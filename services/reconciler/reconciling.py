@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from shared.api import common, elastic, jobs, mpijobs
-from shared import keygen
+from shared import keygen, metrics
 from shared.bus import producing, records
 from shared.core import basis, conditions, deriving, reconciling, statuses, views
 from shared.core import events as child_events
@@ -81,8 +81,10 @@ class Reconciler:
 
     def __init__(
         self, settings: ReconcilerSettings, clusters: connecting.ClusterClients, publisher: producing.Publisher,
+        service_metrics: metrics.ServiceMetrics | None = None,
     ) -> None:
         self._settings = settings
+        self._metrics = service_metrics
         self._clusters = clusters
         self._publisher = publisher
         self._views: dict[str, views.JobView] = {}
@@ -103,8 +105,6 @@ class Reconciler:
         """Job key → id of the last ``reconcile_pass`` record this process wrote for it: every
         act after it names it (``detail.pass``), so replay checks the act against that plan."""
         self._events = recording.Recorder(settings.instance)
-        self._confirmations = 0
-        """Passes that read the API server before acting because the view held a record's word."""
         self._warned: dict[str, set[tuple[str, str, str]]] = {}
         """Job key → (uid, reason, message) of the Warning Events this process recorded."""
         """Job key → the job as its last decision saw it: the old object an update is validated against."""
@@ -326,14 +326,21 @@ class Reconciler:
         again; the second decision is the one carried out (docs/security.md)."""
         planned = self._decide_pass(key, view)
         if planned.acts and not view.read_back:
-            self._confirmations += 1
             await self._hydrate(key, view)
             if view.job is None:
+                self._confirmed(key, overruled=True)
                 await self._scalers_wait(key, view)
                 self._forget(str(key))
                 return
             planned = self._decide_pass(key, view)
+            self._confirmed(key, overruled=not planned.acts)
         await planned.apply()
+
+    def _confirmed(self, key: records.JobKey, overruled: bool) -> None:
+        if overruled:
+            log.info("%s: the API server's answer calls for no act where the records did (stale or forged)", key)
+        if self._metrics is not None:
+            self._metrics.confirmed("reconciler", overruled)
 
     def _decide_pass(self, key: records.JobKey, view: views.JobView) -> _Pass:
         """The pass the view calls for, by job family: whether it acts, and how to carry it out."""

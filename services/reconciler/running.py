@@ -25,6 +25,7 @@ async def run(
     )
     await workers.run(
         identity, kafka,
-        lambda clusters, publisher, _: reconciling.Reconciler(settings, clusters, publisher),
+        lambda clusters, publisher, service_metrics: reconciling.Reconciler(settings, clusters, publisher,
+                                                                            service_metrics),
         on_ready,
     )

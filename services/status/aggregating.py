@@ -67,8 +67,6 @@ class StatusAggregator:
         self._paces: dict[str, _Pace] = {}
         self._prepared: dict[int, deriving.Prepared] = {}
         self._events = recording.Recorder(settings.instance)
-        self._confirmations = 0
-        """Terminal statuses read back from the API server before being written."""
         self._said: dict[str, set[tuple[str, ...]]] = {}
         """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
         """id(view) → its job prepared for computing (see ``_prepare``)."""
@@ -242,8 +240,13 @@ class StatusAggregator:
             if _newly_finished(job.status, outcome.status) and not view.read_back:
                 # A terminal verdict rests on the job and the pods as the API server has them,
                 # never on records alone (a forged pod phase would end a running job).
-                self._confirmations += 1
                 await self._hydrate(client, key, view)
+                again = None if view.job is None else self._compute(view, now)
+                overruled = again is None or not _newly_finished(again[0].status, again[1].status)
+                self._metrics.confirmed("status", overruled)
+                if overruled:
+                    log.info("%s: the API server's job and pods do not end the job where the records did "
+                             "(stale or forged)", key)
                 if view.job is None:
                     return False
                 continue

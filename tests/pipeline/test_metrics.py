@@ -158,6 +158,10 @@ async def test_each_service_exposes_upstream_and_kto_metrics_that_count_the_run(
         assert scraped.value("kto_records_consumed_total", type="observation:Pod") > 0
         assert scraped.value("kto_records_consumed_total", type="observation:PyTorchJob") > 0
         assert scraped.value("kto_records_dead_lettered_total", type="observation:Pod") == 1
+        assert scraped.value("kto_records_rejected_total", reason="unsigned") == 1, "the junk is not signed"
+    # Acts a record called for, read back from the API server first: the restarts, the terminal statuses.
+    assert reconciler.value("kto_confirmations_total", service="reconciler", outcome="same") >= 1
+    assert status.value("kto_confirmations_total", service="status", outcome="same") >= 1
     assert watcher.value("kto_records_published_total", type="observation:PyTorchJob") > 0
     assert watcher.value("kto_records_published_total", type="observation:Pod") > 0
     assert reconciler.value("kto_records_published_total", type="decision:child_created") == decisions(
