@@ -710,7 +710,8 @@ async def _forge(stack: Any, client: clients.KubeClient, planned: list[PlannedJo
     written: list[Any] = []
     for index, live in enumerate(chosen):
         name = live["metadata"]["name"]
-        pods, _ = await client.list(resources.PODS, NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={name}")
+        pods, _ = await _retrying(lambda: client.list(resources.PODS, NAMESPACE,
+                                                       label_selector=f"{JOB_NAME_LABEL}={name}"))
         key = f"{stack.contexts[0]}/{NAMESPACE}/{live['kind']}/{name}"
         forged = forged_records(live, pods, key)
         signer = keyring.signer("watcher") if index % 2 and keyring is not None else None
@@ -779,16 +780,32 @@ def _kill_apiserver(stack: Any, context: str) -> None:
     raise ChaosError(f"no kube-apiserver process under {child.name}")
 
 
+PUBLISH_PATIENCE_S = 60.0
+"""Seconds the run's own writes to the topic wait for a broker it restarted (on a loaded machine Tansu
+may take a while to come back)."""
+
+
 async def _publish_raw(kafka: Any, records: list[tuple[bytes, bytes]]) -> None:
+    """Write malformed records as they are, riding out a broker the run restarted: the batch is sent
+    again whole until it is taken (a record sent twice is one more dead letter of the same key)."""
+    from aiokafka.errors import KafkaError
+
     from shared.bus.settings import client_options
 
-    producer = AIOKafkaProducer(**client_options(kafka), max_request_size=4 * 1024 * 1024)
-    await producer.start()
-    try:
-        for key, value in records:
-            await producer.send_and_wait(kafka.jobs_topic, value, key=key)
-    finally:
-        await producer.stop()
+    deadline = time.monotonic() + PUBLISH_PATIENCE_S
+    while True:
+        producer = AIOKafkaProducer(**client_options(kafka), max_request_size=4 * 1024 * 1024)
+        try:
+            await producer.start()
+            for key, value in records:
+                await producer.send_and_wait(kafka.jobs_topic, value, key=key)
+            return
+        except KafkaError:
+            if time.monotonic() >= deadline:
+                raise
+        finally:
+            await producer.stop()
+        await asyncio.sleep(1.0)
 
 
 async def _check_bus(kafka: Any, planned: list[PlannedJob], violations: dict[str, list[str]],
