@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
+from faulting import faults
 from shared import lifecycle
-from sim import collecting, faults, jobcontrolling, kubelet, nodes, scheduling, serving
+from sim import collecting, jobcontrolling, kubelet, nodes, scheduling, serving
 from sim import settings as sim_settings
 from sim import store as sim_store
 

@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import applying, decoding, discovery, errors, execing, faults, openapi, patching, protobuf, resources, reviewing
+from faulting import faults
+from sim import applying, decoding, discovery, errors, execing, openapi, patching, protobuf, resources, reviewing
 from sim import tables
 from sim import store as sim_store
 from sim import admitting
@@ -56,6 +57,12 @@ def _status_response(exc: errors.ApiError) -> web.Response:
     response = web.Response(body=_dumps(exc.status()), status=exc.code, content_type="application/json",
                             headers=headers)
     return _warned(response, getattr(exc, "warnings", ()))
+
+
+def _refused(refusal: faults.Refusal) -> errors.ApiError:
+    """An injected refusal as the error the server answers."""
+    return errors.ApiError(refusal.code, refusal.reason, refusal.message, retry_after=refusal.retry_after,
+                           details=refusal.details)
 
 
 def _warned(response: web.Response, warnings: Any) -> web.Response:
@@ -306,11 +313,10 @@ class Server:
         delay = state.latency(route.verb)
         if delay:
             await asyncio.sleep(delay)
-        error = state.error(route.verb, route.resource or "", route.name)
-        if error is None:
+        refusal = state.error(route.verb, route.resource or "", route.name)
+        if refusal is None:
             return None
-        kind = {429: "throttle", 409: "conflict"}.get(error.code, "error")
-        return kind, error
+        return refusal.kind, _refused(refusal)
 
     # --- bodies and options -------------------------------------------------------------------------
 
@@ -821,7 +827,7 @@ class Server:
         watch: sim_store.Watch | None = None
         if rv not in (None, "0") and self.faults.applies(res.key) and self.faults.watch_gone():
             fault_kind = "gone"
-            error = errors.ApiError(410, "Expired", f"too old resource version: {rv} (injected fault)")
+            error = _refused(faults.gone(rv))
         else:
             try:
                 watch = self.store.open_watch(res.key, route.namespace, None if initial else rv,
@@ -985,12 +991,7 @@ class Server:
         raise errors.ApiError(404, "NotFound", f"no admin endpoint {request.method} {request.path}")
 
     def _fault_view(self) -> Obj:
-        spec = self.faults.spec
-        return {"spec": spec.text, "latency": spec.latency, "error_rate": spec.error_rate,
-                "error_code": spec.error_code, "throttle_rate": spec.throttle_rate, "retry_after": spec.retry_after,
-                "conflict_rate": spec.conflict_rate, "watch_drop": spec.watch_drop, "gone_every": spec.gone_every,
-                "gone_rate": spec.gone_rate, "resources": sorted(spec.resources) if spec.resources else None,
-                "seed": spec.seed}
+        return self.faults.view()
 
     def stats(self) -> Obj:
         return {

@@ -33,7 +33,7 @@ class SimSettings:
     """Name of the context (and cluster and user) in the written kubeconfig."""
 
     faults: str = ""
-    """Fault-injection spec (see sim/faults.py), changeable at run time via /admin/faults."""
+    """Fault-injection spec (see faulting/faults.py), changeable at run time via /admin/faults."""
 
     watch_window: int = 10000
     """How many past events the watch history keeps; older resourceVersions get 410 Gone."""

@@ -37,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    from faulting import faults
     from kto import cli
     from sim import cluster as sim_cluster
-    from sim import faults
     from sim import settings as sim_settings
 
     try:

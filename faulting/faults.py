@@ -1,9 +1,9 @@
-"""Fault injection for the local cluster's API: a spec string, parsed, and the decisions it drives.
+"""Fault injection for a Kubernetes API: a spec string, parsed, and the decisions it drives.
 
 In: a spec such as
 ``latency=create:20ms,get:5ms;error_rate=0.05;throttle_rate=0.02:retry_after=1;conflict_rate=0.01;watch_drop=30s;gone_every=60s``.
-Out: per request, how long to wait and which error (if any) to answer instead of serving
-it, plus how long a watch stream may live and whether a watch start gets 410 Gone; every
+Out: per request, how long to wait and which refusal (a ``metav1.Status``, if any) to answer
+instead of serving it, plus how long a watch stream may live and whether a watch start gets 410 Gone; every
 injected fault is counted.
 
 Grammar (clauses separated by ``;``, blanks ignored, each clause at most once)::
@@ -23,8 +23,9 @@ Grammar (clauses separated by ``;``, blanks ignored, each clause at most once)::
     duration    := number ("ms" | "s" | "m")
 
 Faults apply to resource requests only: discovery, ``/version`` and ``/admin`` are never
-faulted. ``kto sim --faults SPEC`` sets the spec at start; ``PUT /admin/faults`` replaces
-it at run time (an empty spec turns every fault off).
+faulted. Two servers apply them: sim/ in process (``kto sim --faults SPEC``) and the proxy
+of faulting/proxying.py in front of any API server; on both ``PUT /admin/faults`` replaces
+the spec at run time (an empty spec turns every fault off).
 """
 
 from __future__ import annotations
@@ -36,13 +37,44 @@ import re
 import time
 from typing import Any
 
-from sim import errors
-
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 WRITE_VERBS = frozenset({"update", "patch"})
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 KINDS = ("latency", "error", "throttle", "conflict", "watch_drop", "gone")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """An injected error: what the API server answers instead of serving the request."""
+
+    kind: str
+    """Which counter it took: ``throttle``, ``error`` or ``conflict``."""
+    code: int
+    """The HTTP status."""
+    reason: str
+    """The ``metav1.Status`` reason (``TooManyRequests``, ``InternalError`` …)."""
+    message: str
+    details: dict[str, Any] | None = None
+    """The ``metav1.Status`` details, as kube-apiserver gives them for the same failure."""
+    retry_after: int | None = None
+    """Seconds for the ``Retry-After`` header (and ``details.retryAfterSeconds``) of a 429."""
+
+    def status(self) -> dict[str, Any]:
+        """The ``metav1.Status`` body."""
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                "message": self.message, "reason": self.reason, "code": self.code}
+        details = dict(self.details or {})
+        if self.retry_after is not None:
+            details["retryAfterSeconds"] = self.retry_after
+        if details or self.details is not None:
+            body["details"] = details
+        return body
+
+
+def gone(resource_version: str) -> Refusal:
+    """The 410 a watch from ``resource_version`` gets when ``Faults.watch_gone`` says so."""
+    return Refusal("gone", 410, "Expired", f"too old resource version: {resource_version} (injected fault)")
 
 
 class FaultSpecError(ValueError):
@@ -196,25 +228,23 @@ class Faults:
             self.counts["latency"] += 1
         return seconds
 
-    def error(self, verb: str, resource: str, name: str | None) -> errors.ApiError | None:
-        """The error to answer instead of serving this request, if one is injected."""
+    def error(self, verb: str, resource: str, name: str | None) -> Refusal | None:
+        """The refusal to answer instead of serving this request, if one is injected."""
         spec = self.spec
         rng = self._rng
         if spec.throttle_rate and rng.random() < spec.throttle_rate:
             self.counts["throttle"] += 1
-            return errors.ApiError(
-                429, "TooManyRequests", "Too many requests, please try again later.",
-                retry_after=spec.retry_after, details={"causes": [{"message": "injected by kto sim faults"}]},
-            )
+            return Refusal("throttle", 429, "TooManyRequests", "Too many requests, please try again later.",
+                           {"causes": [{"message": "injected by kto sim faults"}]}, spec.retry_after)
         if spec.error_rate and rng.random() < spec.error_rate:
             self.counts["error"] += 1
             if spec.error_code == 503:
-                return errors.ApiError(503, "ServiceUnavailable", "The server is currently unable to handle the request (injected fault)")
-            return errors.ApiError(spec.error_code, "InternalError",
-                                   "Internal error occurred: injected fault")
+                return Refusal("error", 503, "ServiceUnavailable",
+                               "The server is currently unable to handle the request (injected fault)")
+            return Refusal("error", spec.error_code, "InternalError", "Internal error occurred: injected fault")
         if spec.conflict_rate and verb in WRITE_VERBS and rng.random() < spec.conflict_rate:
             self.counts["conflict"] += 1
-            return errors.conflict(resource, name or "")
+            return _conflict(resource, name or "")
         return None
 
     def watch_gone(self) -> bool:
@@ -233,3 +263,24 @@ class Faults:
 
     def stats(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "injected": dict(self.counts), "total": sum(self.counts.values())}
+
+    def view(self) -> dict[str, Any]:
+        """The spec in force, field by field: what ``GET /admin/faults`` answers."""
+        spec = self.spec
+        return {"spec": spec.text, "latency": spec.latency, "error_rate": spec.error_rate,
+                "error_code": spec.error_code, "throttle_rate": spec.throttle_rate, "retry_after": spec.retry_after,
+                "conflict_rate": spec.conflict_rate, "watch_drop": spec.watch_drop, "gone_every": spec.gone_every,
+                "gone_rate": spec.gone_rate, "resources": sorted(spec.resources) if spec.resources else None,
+                "seed": spec.seed}
+
+
+def _conflict(resource: str, name: str) -> Refusal:
+    """409 Conflict as kube-apiserver words it for a stale resourceVersion."""
+    plural, _, group = resource.partition(".")
+    details: dict[str, Any] = {"kind": plural}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    return Refusal("conflict", 409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object '
+                   "has been modified; please apply your changes to the latest version and try again", details)
