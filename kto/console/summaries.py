@@ -18,7 +18,7 @@ from typing import Any
 
 from kto.commands import history
 from services.watcher import watching
-from shared.api import mpijobs
+from shared.core import families
 from shared.bus import reading, records
 
 KINDS: tuple[str, ...] = tuple(history.KINDS)
@@ -77,9 +77,8 @@ def state(job: Mapping[str, Any]) -> str:
 
 def api_version(job: Mapping[str, Any]) -> str:
     """The version the job was written in: an MPIJob read through v1 may be a v2beta1 one."""
-    if job.get("kind") == "MPIJob" and mpijobs.is_v2beta1(job):
-        return mpijobs.API_VERSION
-    return str(job.get("apiVersion") or "")
+    family = families.REGISTRY.resolve(str(job.get("kind") or ""), job)
+    return family.written_version(job) if family is not None else str(job.get("apiVersion") or "")
 
 
 def row(cluster: str, job: Mapping[str, Any]) -> dict[str, str]:

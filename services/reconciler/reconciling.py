@@ -23,11 +23,12 @@ from opentelemetry import context as otel_context
 from shared.api import common, elastic, jobs, mpijobs
 from shared import keygen, metrics
 from shared.bus import producing, records
-from shared.core import basis, conditions, deriving, reconciling, statuses, views
+from shared.core import basis, conditions, families, kubeflow_v1, plans, reconciling, statuses, views
 from shared.core import events as child_events
 from shared.core.elastic import decisions as et_decisions
+from shared.core.elastic import family as et_family
 from shared.core.elastic import reconciling as et
-from shared.core.elastic import scaling as et_scaling
+from shared.core.mpi_v2 import family as mpi_v2_family
 from shared.core.mpi_v2 import reconciling as mpi_v2
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.reconciler.settings import ReconcilerSettings
@@ -45,11 +46,11 @@ a restarted replica missing for minutes."""
 CONFLICT_RETRY_AFTER = 0.5
 """Seconds before a key whose API write met 409 Conflict is read afresh and settled again."""
 CONCURRENT_KINDS = frozenset({"Pod", "Service"})
-RECONCILED_KINDS = frozenset({*jobs.KINDS, elastic.TrainingJob.KIND})
-"""Job kinds of the keys this worker reconciles."""
+"""Children created concurrently; the others are created first, one by one, in plan order."""
+RECONCILED_KINDS = families.REGISTRY.kinds
+"""Job kinds of the keys this worker reconciles: every family's."""
 MAX_EXECS = 4
 """Commands one TrainingJob pass may run in its launcher (the core asks for at most two)."""
-"""Children created concurrently; the others are created first, one by one, in plan order."""
 
 
 def _now() -> dt.datetime:
@@ -101,19 +102,26 @@ class Reconciler:
         self._announced: dict[str, tuple[str | None, str, str]] = {}
         """Job key → (uid, reason, message) of the failure verdict this process published."""
         self._decided_on: dict[str, dict[str, Any]] = {}
+        """Job key → the job as its last decision saw it: the old object an update is validated against."""
         self._passes: dict[str, str] = {}
         """Job key → id of the last ``reconcile_pass`` record this process wrote for it: every
         act after it names it (``detail.pass``), so replay checks the act against that plan."""
         self._events = recording.Recorder(settings.instance)
         self._warned: dict[str, set[tuple[str, str, str]]] = {}
         """Job key → (uid, reason, message) of the Warning Events this process recorded."""
-        """Job key → the job as its last decision saw it: the old object an update is validated against."""
         operator = settings.operator
         self._podgroups = (
             None if not operator.gang_scheduling
             else resources.VOLCANO_PODGROUPS if operator.volcano else resources.PLUGINS_PODGROUPS
         )
         """The PodGroup kind hydrated in gang mode."""
+
+        self._deciders: dict[str, Callable[[records.JobKey, views.JobView], _Pass]] = {
+            kubeflow_v1.FAMILY.name: self._decide_v1,
+            mpi_v2_family.FAMILY.name: self._decide_mpi_v2,
+            et_family.FAMILY.name: self._decide_training_job,
+        }
+        """Family → how this worker decides and applies a pass of its jobs."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the reconciler reads: every
@@ -345,11 +353,9 @@ class Reconciler:
     def _decide_pass(self, key: records.JobKey, view: views.JobView) -> _Pass:
         """The pass the view calls for, by job family: whether it acts, and how to carry it out."""
         assert view.job is not None
-        if key.kind == mpijobs.KIND and mpijobs.is_v2beta1(view.job):
-            return self._decide_mpi_v2(key, view)
-        if key.kind == elastic.TrainingJob.KIND:
-            return self._decide_training_job(key, view)
-        return self._decide_v1(key, view)
+        family = families.REGISTRY.resolve(key.kind, view.job)
+        assert family is not None  # handle takes only keys of the registry's kinds
+        return self._deciders[family.name](key, view)
 
     def _failed_validation(self, key: records.JobKey, view: views.JobView, exc: Exception) -> _Pass:
         """Nothing is ever created for a job that does not load, and the status worker reaches the
@@ -365,11 +371,11 @@ class Reconciler:
         except jobs.LoadError as exc:
             return self._failed_validation(key, view, exc)
         previous = self._decided_on.get(str(key))
-        old = deriving.previous_version(previous, view.job)
+        old = kubeflow_v1.previous_version(previous, view.job)
         now = _now()
         children = self._children(str(key), view)
         decision = reconciling.decide(job, children, now, self._settings.operator, old)
-        return _Pass(deriving.acts(decision), lambda: self._apply_v1(
+        return _Pass(kubeflow_v1.acts(decision), lambda: self._apply_v1(
             key, view, job, decision, children, now, previous if old is not None else None))
 
     async def _apply_v1(
@@ -378,8 +384,8 @@ class Reconciler:
     ) -> None:
         job_key = str(key)
         self._decided_on[job_key] = view.job  # type: ignore[assignment]
-        if deriving.acts(decision):
-            await self._pass(key, view, children, now, deriving.v1_plan(decision), old=old,
+        if kubeflow_v1.acts(decision):
+            await self._pass(key, view, children, now, kubeflow_v1.plan(decision), old=old,
                              settings=dataclasses.asdict(self._settings.operator))
         client = await self._clusters.get(key.cluster)
         if decision.verdict is not None:
@@ -414,7 +420,7 @@ class Reconciler:
         worker writes the job's status and Events from the same decision."""
         assert view.job is not None
         try:
-            job = mpijobs.load({**view.job, "apiVersion": mpijobs.API_VERSION})
+            job = mpi_v2_family.load(view.job)
         except mpijobs.LoadError as exc:
             return self._failed_validation(key, view, exc)
         now = _now()
@@ -428,7 +434,7 @@ class Reconciler:
     ) -> None:
         if decision.empty:
             return
-        await self._pass(key, view, children, now, deriving.mpi_v2_plan(decision),
+        await self._pass(key, view, children, now, mpi_v2_family.plan(decision),
                          settings=dataclasses.asdict(self._settings.operator))
         client = await self._clusters.get(key.cluster)
         await self._decide(key, view, "mpi_sync", reason="Sync", message="; ".join(decision.steps)[:4000],
@@ -475,7 +481,7 @@ class Reconciler:
         scalers, children = self._scalers_and_children(key, every)
         decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
                              settings=self._settings.elastic, executed=[])
-        return _Pass(bool(decision.execs) or deriving.elastic_acts(decision), lambda: self._apply_training_job(
+        return _Pass(bool(decision.execs) or et_family.acts(decision), lambda: self._apply_training_job(
             key, view, job, decision, every, scalers, children, now))
 
     async def _apply_training_job(
@@ -495,31 +501,34 @@ class Reconciler:
                     break
             decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
                                  settings=self._settings.elastic, executed=executed)
-        if deriving.elastic_acts(decision):
-            await self._pass(key, view, every, now, deriving.elastic_plan(decision),
+        if et_family.acts(decision):
+            await self._pass(key, view, every, now, et_family.plan(decision),
                              settings=dataclasses.asdict(self._settings.elastic),
-                             executed=[deriving.exec_result(r) for r in executed])
+                             executed=[et_family.exec_result(r) for r in executed])
         await self._apply_training_job_decision(client, key, view, job, decision, now)
+
     def _scalers_and_children(
         self, key: records.JobKey, every: list[dict[str, Any]],
     ) -> tuple[list[elastic.Scaler], list[dict[str, Any]]]:
-        scalers, children, problems = deriving.split_scalers(every)
+        scalers, children, problems = et_family.split_scalers(every)
         for problem in problems:
             log.warning("%s: %s", key, problem)
         return scalers, children
 
     async def _scalers_wait(self, key: records.JobKey, view: views.JobView) -> None:
-        """Scalers that name a TrainingJob that does not exist stay unbound (spec B.11):
-        said once on the topic per scaler, for whoever reads the job's history."""
-        if key.kind != elastic.TrainingJob.KIND:
+        """Objects waiting for a job that does not exist (scalers naming a TrainingJob not
+        there stay unbound, spec B.11): said once on the topic per object, for whoever reads
+        the job's history."""
+        family = families.REGISTRY.resolve(key.kind)
+        if family is None:
             return
-        scalers, _ = self._scalers_and_children(key, self._children(str(key), view))
-        for scaler in scalers:
-            decision = et_scaling.bind(scaler, None, _now())
-            for step in decision.steps:
-                await self._decide(key, view, "elastic_step", child_kind=scaler.KIND, child_name=scaler.name,
-                                   reason=step.kind, message=step.detail,
-                                   record_id=records.deterministic_id(str(key), scaler.metadata.uid or "", step.kind))
+        waiting, problems = family.unbound(self._children(str(key), view), _now())
+        for problem in problems:
+            log.warning("%s: %s", key, problem)
+        for step in waiting:
+            await self._decide(key, view, "elastic_step", child_kind=step.kind, child_name=step.name,
+                               reason=step.reason, message=step.message,
+                               record_id=records.deterministic_id(str(key), step.uid, step.reason))
 
     async def _exec(
         self, client: clients.KubeClient, key: records.JobKey, command: et_decisions.Exec,
@@ -635,7 +644,7 @@ class Reconciler:
     ) -> records.Decision:
         ids = {"id": record_id} if record_id is not None else {}
         detail = dict(detail or {})
-        if action in deriving.ACTS and str(key) in self._passes:
+        if action in plans.ACTS and str(key) in self._passes:
             detail.setdefault("pass", self._passes[str(key)])
         return records.Decision(
             **ids, key=str(key), action=action, child_kind=child_kind, child_name=child_name, reason=reason,
@@ -656,7 +665,7 @@ class Reconciler:
         (:mod:`shared.core.basis`), so ``kto replay`` can decide it again and compare."""
         assert view.job is not None
         the_basis = basis.describe(view.job, children, now, logged=basis.logged_in(view), old=old, **extra)
-        record = self._decision(key, deriving.PASS_ACTION, reason="Reconcile", message=deriving.summary(plan),
+        record = self._decision(key, plans.PASS_ACTION, reason="Reconcile", message=plans.summary(plan),
                                 detail={"plan": plan, "basis": the_basis})
         await self._publisher.publish(record)
         self._passes[str(key)] = record.id

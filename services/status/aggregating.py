@@ -21,10 +21,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from shared.api import common, jobs, mpijobs
+from shared.api import common, jobs
 from shared import metrics
 from shared.bus import producing, records
-from shared.core import basis, conditions, deriving, statuses, views
+from shared.core import basis, conditions, families, preparing, statuses, views
 from shared.core import events as child_events
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
@@ -65,11 +65,11 @@ class StatusAggregator:
         self._metrics = service_metrics
         self._views: dict[str, views.JobView] = {}
         self._paces: dict[str, _Pace] = {}
-        self._prepared: dict[int, deriving.Prepared] = {}
+        self._prepared: dict[int, preparing.Prepared] = {}
+        """id(view) → its job prepared for computing (see ``_prepare``)."""
         self._events = recording.Recorder(settings.instance)
         self._said: dict[str, set[tuple[str, ...]]] = {}
         """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
-        """id(view) → its job prepared for computing (see ``_prepare``)."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
@@ -78,7 +78,7 @@ class StatusAggregator:
         kind, _, what = type_tag.partition(":")
         if kind == "decision":
             return what == records.WAKE_ACTION
-        return kind == "observation" and (what in STATUS_CHILD_KINDS or what in jobs.KINDS)
+        return kind == "observation" and (what in STATUS_CHILD_KINDS or what in families.REGISTRY.status_kinds)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record into the key's view (the KeyedConsumer handler); True if
@@ -87,17 +87,18 @@ class StatusAggregator:
         if (skipped := self._settings.refusal(key.namespace)) is not None:
             log.warning("%s: record skipped: %s", record.key, skipped)
             return False
-        if key.kind not in jobs.KINDS:
+        if key.kind not in families.REGISTRY.status_kinds:
             return False
         if isinstance(record, records.Decision):
             return records.is_wake(record, "status")
-        if record.object_kind in jobs.KINDS or record.object_kind in STATUS_CHILD_KINDS:
+        job_kinds = families.REGISTRY.status_kinds
+        if record.object_kind in job_kinds or record.object_kind in STATUS_CHILD_KINDS:
             # A record's word is in the view now: a terminal status is read back before it is written.
             self._view(record.key).read_back = False
         if not record.omitted and record.event != "DELETED" and (
-                record.object_kind in jobs.KINDS or record.object_kind in STATUS_CHILD_KINDS):
-            self._view(record.key).note_logged(record.object, record.object_kind in jobs.KINDS)
-        if record.object_kind in jobs.KINDS:
+                record.object_kind in job_kinds or record.object_kind in STATUS_CHILD_KINDS):
+            self._view(record.key).note_logged(record.object, record.object_kind in job_kinds)
+        if record.object_kind in job_kinds:
             view = self._view(record.key)
             view.observe_job(record.object, record.event == "DELETED")
             if record.omitted and record.event != "DELETED":
@@ -172,12 +173,10 @@ class StatusAggregator:
         view.hydrated = True
 
     async def _pod_events(self, client: clients.KubeClient, job_key: str, view: views.JobView) -> None:
-        """``ExitedWithCode`` and the abnormal-pod warnings (spec §9.2) of a kubeflow.org/v1
-        job's pods, each once per pod incarnation and restart (upstream repeats them on
-        every reconcile), combined into one Event per reason."""
+        """``ExitedWithCode`` and the abnormal-pod warnings (spec §9.2) of the pods of a job
+        its family prepares (kubeflow.org/v1), each once per pod incarnation and restart
+        (upstream repeats them on every reconcile), combined into one Event per reason."""
         assert view.job is not None
-        if mpijobs.is_v2beta1(view.job):
-            return
         prepared = self._prepare(view)
         if prepared is None:
             return
@@ -203,28 +202,31 @@ class StatusAggregator:
     def _clock(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def _prepare(self, view: views.JobView) -> deriving.Prepared | None:
-        """The job loaded, validated and defaulted, once per resourceVersion of it."""
+    def _prepare(self, view: views.JobView) -> preparing.Prepared | None:
+        """The job loaded, validated and defaulted, once per resourceVersion of it; None when
+        its family prepares nothing ahead."""
         assert view.job is not None
+        family = families.REGISTRY.resolve(str(view.job.get("kind") or ""), view.job)
+        if family is None:
+            return None
         version = str((view.job.get("metadata") or {}).get("resourceVersion") or "")
         cached = self._prepared.get(id(view))
         if cached is not None and version and cached.version == version and cached.source is view.job:
             return cached
-        prepared = deriving.prepare(view.job)
+        prepared = family.prepare(view.job)
         if prepared is not None:
             self._prepared[id(view)] = prepared
         return prepared
 
     def _compute(
         self, view: views.JobView, now: dt.datetime | None = None,
-    ) -> tuple[jobs.Job | mpijobs.MPIJob, statuses.Outcome] | None:
+    ) -> tuple[Any, statuses.Outcome] | None:
         assert view.job is not None
         # The job as it is now failing validation comes first (it cannot be defaulted);
         # then the verdict the reconciler recorded on it, once the API server showed it.
         unconfirmed = view.unconfirmed(statuses.FAILURE_ANNOTATION)
-        prepared = None if mpijobs.is_v2beta1(view.job) else self._prepare(view)
-        return deriving.status_of(view.job, list(view.children.values()), now or _now(), unconfirmed=unconfirmed,
-                                  prepared=prepared)
+        return families.REGISTRY.status_of(view.job, list(view.children.values()), now or _now(), unconfirmed=unconfirmed,
+                                           prepared=self._prepare(view))
 
     async def _write(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> bool:
         """Write the status if it differs from the stored one; True if written."""
@@ -279,7 +281,7 @@ class StatusAggregator:
         raise clients.ApiError(409, "Conflict", f"status of {key}: still conflicting after retries")
 
     async def _announce(
-        self, client: clients.KubeClient, key: records.JobKey, job: jobs.Job | mpijobs.MPIJob,
+        self, client: clients.KubeClient, key: records.JobKey, job: Any,
         outcome: statuses.Outcome,
         written: dict[str, Any],
         the_basis: dict[str, Any],
@@ -289,7 +291,7 @@ class StatusAggregator:
             records.Decision(
                 key=str(key), action="status_written", reason=latest.reason or "", message=latest.message or "",
                 resource_version=str((written.get("metadata") or {}).get("resourceVersion", "")),
-                detail={**deriving.status_detail(outcome), "basis": the_basis},
+                detail={**preparing.status_detail(outcome), "basis": the_basis},
                 source="status", instance=self._settings.instance,
             )
         )

@@ -1,7 +1,8 @@
 """Which job an object belongs to: pure, no I/O.
 
-In: a Kubernetes object as a dict (a job of one of the six kinds, or a pod,
-Service, ConfigMap… that may belong to one) and the cluster name.
+In: a Kubernetes object as a dict (a job of a family in
+:data:`shared.core.families.REGISTRY`, or a pod, Service, ConfigMap… that may
+belong to one) and the cluster name.
 Out: the object's :class:`~shared.bus.records.JobKey`
 (``cluster/namespace/kind/name``), or None for an object that belongs to no job.
 
@@ -22,16 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.api import elastic, jobs, mpijobs
 from shared.bus import records
-from shared.core import naming
+from shared.core import families, naming
 
 LABEL_JOB_NAME = naming.LABEL_JOB_NAME
 LABEL_OPERATOR_NAME = naming.LABEL_OPERATOR_NAME
 
-KIND_BY_CONTROLLER: dict[str, str] = {
-    **{cls.CONTROLLER_NAME: kind for kind, cls in jobs.KINDS.items()}, mpijobs.OPERATOR_NAME: mpijobs.KIND,
-}
+KIND_BY_CONTROLLER: dict[str, str] = families.REGISTRY.operator_names
 """Value of the operator-name label → job kind."""
 
 
@@ -42,16 +40,8 @@ def _key(cluster: str, namespace: str, kind: str, name: str) -> records.JobKey |
 
 
 def is_job(obj: dict[str, Any]) -> bool:
-    """True for an object of one of the six kubeflow.org/v1 job kinds, or an MPIJob v2beta1."""
-    return _job_kind(obj.get("apiVersion"), obj.get("kind"))
-
-
-def _job_kind(api_version: Any, kind: Any) -> bool:
-    if api_version == jobs.API_VERSION:
-        return bool(kind in jobs.KINDS)
-    if api_version == elastic.API_VERSION:
-        return bool(kind == elastic.TrainingJob.KIND)
-    return bool(api_version == mpijobs.API_VERSION and kind == mpijobs.KIND)
+    """True for a job of a family kto serves (:data:`shared.core.families.REGISTRY`)."""
+    return families.REGISTRY.is_job(obj.get("apiVersion"), obj.get("kind"))
 
 
 def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
@@ -60,15 +50,14 @@ def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
     namespace = str(metadata.get("namespace") or "")
     if is_job(obj):
         return _key(cluster, namespace, str(obj["kind"]), str(metadata.get("name") or ""))
-    if obj.get("apiVersion") == elastic.API_VERSION and obj.get("kind") in (elastic.ScaleIn.KIND, elastic.ScaleOut.KIND):
-        # A scaler belongs to the TrainingJob it names (spec B.11), bound or not yet.
-        selector = (obj.get("spec") or {}).get("selector")
-        target = selector.get("name") if isinstance(selector, dict) else None
-        return _key(cluster, namespace, elastic.TrainingJob.KIND, target) if isinstance(target, str) else None
+    if (named := families.REGISTRY.job_of(obj)) is not None:
+        # Keyed by a field of its own (a scaler by the TrainingJob it names, bound or not yet).
+        job_kind, target = named
+        return _key(cluster, namespace, job_kind, target) if target is not None else None
     for ref in metadata.get("ownerReferences") or ():
         if not isinstance(ref, dict) or not ref.get("controller"):
             continue
-        if _job_kind(ref.get("apiVersion"), ref.get("kind")):
+        if families.REGISTRY.is_job(ref.get("apiVersion"), ref.get("kind")):
             return _key(cluster, namespace, str(ref["kind"]), str(ref.get("name") or ""))
     labels = metadata.get("labels") or {}
     kind = KIND_BY_CONTROLLER.get(str(labels.get(LABEL_OPERATOR_NAME) or ""))

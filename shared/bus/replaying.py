@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from shared.bus import reading, records
-from shared.core import basis, deriving
+from shared.core import basis, families, plans
 
 @dataclasses.dataclass(frozen=True)
 class Divergence:
@@ -122,7 +122,7 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
         kind = ""
     last_pass: dict[str, dict[str, Any]] = {}
     """Producer instance → the plan of its last pass of this job."""
-    plans: dict[str, dict[str, Any]] = {}
+    planned: dict[str, dict[str, Any]] = {}
     """Pass record id → its plan."""
     for entry in entries:
         report.records += 1
@@ -133,30 +133,30 @@ def replay_job(key: str, entries: list[Any]) -> JobReport:
             continue
         if not isinstance(record, records.Decision):
             continue
-        if record.action == deriving.PASS_ACTION:
+        if record.action == plans.PASS_ACTION:
             report.passes += 1
             plan = record.detail.get("plan")
             derived = _derive(report, entry.offset, record, lambda inputs: _replan(kind, inputs), versions)
             if isinstance(plan, dict):
                 last_pass[record.instance] = plan
-                plans[record.id] = plan
+                planned[record.id] = plan
             if derived is not None:
-                _compare(report, entry.offset, f"{deriving.PASS_ACTION} plan", plan, derived)
+                _compare(report, entry.offset, f"{plans.PASS_ACTION} plan", plan, derived)
         elif record.action == "status_written" and record.source == "status":
             report.statuses += 1
             recorded = {k: record.detail.get(k) for k in ("conditions", "replicaStatuses", "finished")}
-            derived = _derive(report, entry.offset, record, deriving.restatus, versions)
+            derived = _derive(report, entry.offset, record, families.REGISTRY.restatus, versions)
             if derived is not None:
                 _compare(report, entry.offset, "status_written", recorded, derived)
-        elif record.action in deriving.ACTS and record.source == "reconciler":
+        elif record.action in plans.ACTS and record.source == "reconciler":
             report.acts += 1
             named = record.detail.get("pass")
             if not isinstance(named, str):  # a kto that named no pass
                 _check_act(report, entry.offset, record, last_pass.get(record.instance))
-            elif named in plans:
-                _check_act(report, entry.offset, record, plans[named])
+            elif named in planned:
+                _check_act(report, entry.offset, record, planned[named])
             else:
-                report.unverifiable.append(f"offset {entry.offset}: {_act(record)}: its {deriving.PASS_ACTION} "
+                report.unverifiable.append(f"offset {entry.offset}: {_act(record)}: its {plans.PASS_ACTION} "
                                            f"({named}) is not in the log, which begins after it")
     return report
 
@@ -168,9 +168,9 @@ def _replan(kind: str, inputs: basis.Inputs) -> dict[str, Any]:
     output the log no longer holds whole cannot be made again."""
     cut = [r for r in inputs.extra.get("executed") or [] if isinstance(r, dict) and records.was_cut(r.get("output"))]
     if cut:
-        raise deriving.Unreplayable(f"the output of its {cut[0].get('purpose')} command is cut on the log "
+        raise plans.Unreplayable(f"the output of its {cut[0].get('purpose')} command is cut on the log "
                                     f"(a record keeps the last {records.OUTPUT_TAIL} characters)")
-    return deriving.replan(kind, inputs, same_command=records.same_command)
+    return families.REGISTRY.replan(kind, inputs, same_command=records.same_command)
 
 
 def _derive(report: JobReport, offset: int, record: records.Decision, derive: Any,
@@ -185,7 +185,7 @@ def _derive(report: JobReport, offset: int, record: records.Decision, derive: An
         return derive(inputs)
     except basis.Unresolved as exc:
         report.unverifiable.append(f"offset {offset}: {record.action}: {exc}")
-    except (ValueError, TypeError, deriving.Unreplayable) as exc:
+    except (ValueError, TypeError, plans.Unreplayable) as exc:
         report.unverifiable.append(f"offset {offset}: {record.action}: cannot be made again: {exc}")
     return None
 
@@ -208,10 +208,10 @@ def _compare(report: JobReport, offset: int, what: str, recorded: Any, derived: 
 
 
 def _check_act(report: JobReport, offset: int, record: records.Decision, plan: dict[str, Any] | None) -> None:
-    field = deriving.ACTS[record.action]
+    field = plans.ACTS[record.action]
     what = _act(record)
     if plan is None:
-        _diverge(report, offset, what, "done", f"no {deriving.PASS_ACTION} of instance {record.instance} before it")
+        _diverge(report, offset, what, "done", f"no {plans.PASS_ACTION} of instance {record.instance} before it")
         return
     if field == "delete_job":
         if not plan.get("delete_job"):

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from shared.bus import reading, records, replaying
-from shared.core import basis, deriving
+from shared.core import basis, plans
+from shared.core.elastic import family as elastic_family
 from shared.core.elastic import decisions as et_decisions
 from shared.core.elastic import reconciling as et_reconciling
 from tests.core.elastic.world import KEYS, World, scaler, training_job
@@ -233,10 +234,10 @@ def test_replay_agrees_with_a_training_job_pass_whose_script_is_digested_on_the_
         raise AssertionError("the scaler's script never ran")
     every = [*world.children.values(), *(s.dump() for s in world.scalers)]
     the_basis = basis.describe(world.job.dump(), every, world.now, logged=lambda version: False,
-                               settings=dict(vars(world.settings)), executed=[deriving.exec_result(r) for r in executed])
-    record = records.Decision(key="c/default/TrainingJob/elastic-training", action=deriving.PASS_ACTION,
+                               settings=dict(vars(world.settings)), executed=[elastic_family.exec_result(r) for r in executed])
+    record = records.Decision(key="c/default/TrainingJob/elastic-training", action=plans.PASS_ACTION,
                               source="reconciler", instance="r",
-                              detail={"plan": deriving.elastic_plan(decision), "basis": the_basis})
+                              detail={"plan": elastic_family.plan(decision), "basis": the_basis})
     data = records.encode(record, digest_key)
     assert PLANTED.encode() not in data
     entry = reading.Entry(0, 0, 0, record.key, records.decode(data))

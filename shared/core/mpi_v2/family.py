@@ -1,0 +1,117 @@
+"""MPIJob written in kubeflow.org/v2beta1 (mpi-operator) as a
+:class:`shared.core.families.Family`.
+
+In: an MPIJob document written in v2beta1 (whichever version it is read in), its
+observed children, the clock. Out: its plan summary (:func:`plan`), replayed, its
+status and Events (from the same pure ``decide`` the reconciler applies children
+from), and ``kto plan``'s dry run. The status service writes its status. No I/O,
+no clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from shared.api import common, mpijobs
+from shared.core import basis, plans, preparing, statuses
+from shared.core import settings as operator_settings
+from shared.core.mpi_v2 import defaulting, reconciling, sshkeys, validating
+
+Manifest = dict[str, Any]
+
+
+def plan(decision: reconciling.Decision) -> dict[str, Any]:
+    """The pass's plan, as the ``reconcile_pass`` record carries it."""
+    return {
+        "creates": plans.named(decision.creates), "status_updates": plans.named(decision.status_updates),
+        "updates": plans.named(decision.updates), "deletes": plans.deleted(decision.deletes),
+        "error": decision.error, "steps": list(decision.steps),
+    }
+
+
+def load(document: Mapping[str, Any]) -> mpijobs.MPIJob:
+    """The job read as v2beta1, whichever version it was read in (:class:`mpijobs.LoadError`)."""
+    return mpijobs.load({**document, "apiVersion": mpijobs.API_VERSION})
+
+
+def _no_key() -> sshkeys.KeyPair:
+    return sshkeys.KeyPair(b"", b"")
+
+
+def job_status(job: mpijobs.MPIJob, children: Sequence[Manifest], now: dt.datetime) -> statuses.Outcome:
+    """The status and Events of mpi-operator's sync, from the same pure decision the
+    reconciler applies children from (the SSH key and the operator settings play no
+    part in the status)."""
+    decision = reconciling.decide(job, list(children), now, operator_settings.OperatorSettings(), _no_key)
+    status = decision.status if decision.status is not None else job.status or common.JobStatus()
+    return statuses.Outcome(status, decision.events)
+
+
+@dataclasses.dataclass(frozen=True)
+class MPIJobV2:
+    """MPIJob v2beta1 (see the module)."""
+
+    name: str = mpijobs.API_VERSION
+    kinds: frozenset[str] = frozenset({mpijobs.KIND})
+    job_types: frozenset[tuple[str, str]] = frozenset({(mpijobs.API_VERSION, mpijobs.KIND)})
+    api_versions: frozenset[str] = frozenset({mpijobs.API_VERSION})
+    operator_names: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {mpijobs.OPERATOR_NAME: mpijobs.KIND})
+    status_writer: Literal["status", "reconciler"] = "status"
+
+    def serves(self, document: Mapping[str, Any] | None) -> bool:
+        """An MPIJob written in v2beta1 (the v2beta1 schema's own defaults show it)."""
+        return mpijobs.is_v2beta1(document)
+
+    def written_version(self, document: Mapping[str, Any]) -> str:
+        return mpijobs.API_VERSION
+
+    def job_of(self, obj: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        return None  # its children are keyed by their controller or their labels
+
+    def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
+        settings = plans.settings_from(operator_settings.OperatorSettings, inputs.extra.get("settings"))
+        try:
+            job = load(inputs.job)
+        except mpijobs.LoadError as exc:
+            raise plans.Unreplayable(f"the MPIJob does not load: {exc}") from None
+        return plan(reconciling.decide(job, inputs.children, inputs.now, settings, _no_key))
+
+    def prepare(self, document: Manifest) -> preparing.Prepared | None:
+        return None  # the status comes from the sync's decision, made afresh
+
+    def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
+               prepared: preparing.Prepared | None) -> tuple[Any, statuses.Outcome] | None:
+        """Its sync's status; a document that does not load as v2beta1 is read as a v1 job
+        (whose loader then names what is wrong with it)."""
+        try:
+            job = load(document)
+        except mpijobs.LoadError:
+            return preparing.status_of(document, children, now, unconfirmed=unconfirmed, prepared=prepared)
+        return job, job_status(job, children, now)
+
+    def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
+                now: dt.datetime) -> plans.DryRun:
+        """The children of its first sync (spec A.7), with ``stand_in_key`` for the SSH key pair."""
+        try:
+            job = mpijobs.load(document)
+        except mpijobs.LoadError as exc:
+            return plans.DryRun.unloadable(exc)
+        outcome = plans.DryRun()
+        report = validating.validate(defaulting.set_defaults(job))
+        if not report.ok:
+            outcome.errors.extend(str(error) for error in report.errors)
+            return outcome
+        keys = sshkeys.KeyPair(stand_in_key.encode(), stand_in_key.encode())
+        decision = reconciling.decide(job, [], now, settings, lambda: keys)
+        outcome.children.extend(decision.creates)
+        return outcome
+
+    def unbound(self, children: Sequence[Manifest], now: dt.datetime) -> tuple[list[plans.Unbound], list[str]]:
+        return [], []  # nothing waits for an MPIJob
+
+
+FAMILY = MPIJobV2()
