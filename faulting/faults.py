@@ -49,7 +49,8 @@ class Refusal:
     """An injected error: what the API server answers instead of serving the request."""
 
     kind: str
-    """Which counter it took: ``throttle``, ``error`` or ``conflict``."""
+    """What it is: an injected ``throttle``, ``error``, ``conflict`` or ``gone``, or the proxy's own
+    answer (``upstream`` unreachable, ``admin`` refused)."""
     code: int
     """The HTTP status."""
     reason: str
@@ -265,13 +266,13 @@ class Faults:
         return {"spec": self.spec.text, "injected": dict(self.counts), "total": sum(self.counts.values())}
 
     def view(self) -> dict[str, Any]:
-        """The spec in force, field by field: what ``GET /admin/faults`` answers."""
+        """The spec in force, field by field, and the faults injected so far: what ``/admin/faults`` answers."""
         spec = self.spec
         return {"spec": spec.text, "latency": spec.latency, "error_rate": spec.error_rate,
                 "error_code": spec.error_code, "throttle_rate": spec.throttle_rate, "retry_after": spec.retry_after,
                 "conflict_rate": spec.conflict_rate, "watch_drop": spec.watch_drop, "gone_every": spec.gone_every,
                 "gone_rate": spec.gone_rate, "resources": sorted(spec.resources) if spec.resources else None,
-                "seed": spec.seed}
+                "seed": spec.seed, "faults": self.stats()}
 
 
 def _conflict(resource: str, name: str) -> Refusal:

@@ -322,7 +322,7 @@ class Proxy:
         try:
             if _upgrading(request):
                 return await self._tunnel(request)
-            return await self._forward(request, drop)
+            return await self._forward(request, target is not None and target.verb == "watch", drop)
         except (aiohttp.ClientError, OSError) as exc:
             cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             refusal = faults.Refusal("upstream", 503, "ServiceUnavailable",
@@ -331,7 +331,7 @@ class Proxy:
 
     async def _admin(self, request: web.Request) -> web.Response:
         if request.method == "GET":
-            return web.json_response({**self.faults.view(), "faults": self.faults.stats()})
+            return web.json_response(self.faults.view())
         if request.method not in ("PUT", "POST"):
             return _status_response(faults.Refusal("admin", 405, "MethodNotAllowed",
                                                    "the server does not allow this method on the requested resource"))
@@ -347,7 +347,7 @@ class Proxy:
             self.faults.set(text)
         except faults.FaultSpecError as exc:
             return _bad_request(f"bad fault spec: {exc}")
-        return web.json_response({**self.faults.view(), "faults": self.faults.stats()})
+        return web.json_response(self.faults.view())
 
     async def _gone(self, request: web.Request, refusal: faults.Refusal) -> web.StreamResponse:
         """A watch start answered as kube-apiserver answers one from an expired version: 200, one ERROR event."""
@@ -361,7 +361,7 @@ class Proxy:
     def _target(self, request: web.Request) -> URL:
         return URL(str(self.upstream.url) + request.raw_path, encoded=True)
 
-    async def _forward(self, request: web.Request, drop: float | None) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, watching: bool, drop: float | None) -> web.StreamResponse:
         assert self._session is not None
         body = await request.read() if request.body_exists else None
         async with self._session.request(
@@ -373,12 +373,23 @@ class Proxy:
                 if key.lower() not in HOP_BY_HOP:
                     response.headers.add(key, value)
             await response.prepare(request)
+            # A watch goes out event by event (one JSON line each), so a dropped one ends between
+            # two events as kube-apiserver ends a watch, never inside one.
+            pending = bytearray()
             try:
                 async with asyncio.timeout(drop):
                     async for chunk in answer.content.iter_any():
-                        await response.write(chunk)
+                        if not watching:
+                            await response.write(chunk)
+                            continue
+                        pending += chunk
+                        end = pending.rfind(b"\n") + 1
+                        if end:
+                            await response.write(bytes(pending[:end]))
+                            del pending[:end]
+                if pending:
+                    await response.write(bytes(pending))
             except TimeoutError:
-                # The watch ends as a dropped connection does: cleanly, mid-stream.
                 self.faults.counts["watch_drop"] += 1
             except (ConnectionError, aiohttp.ClientPayloadError):
                 return response

@@ -948,7 +948,7 @@ class Server:
         method = request.method
         if parts == ["faults"]:
             if method == "GET":
-                return _json(self._fault_view())
+                return _json(self.faults.view())
             if method in ("PUT", "POST"):
                 raw = (await request.read()).decode()
                 text = raw
@@ -962,7 +962,7 @@ class Server:
                     self.faults.set(text)
                 except faults.FaultSpecError as exc:
                     raise errors.bad_request(f"bad fault spec: {exc}") from None
-                return _json(self._fault_view())
+                return _json(self.faults.view())
             raise errors.method_not_allowed()
         if parts == ["stats"] and method == "GET":
             return _json(self.stats())
@@ -989,9 +989,6 @@ class Server:
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
                           "message": f"pod {parts[1]}/{parts[2]} evicted"})
         raise errors.ApiError(404, "NotFound", f"no admin endpoint {request.method} {request.path}")
-
-    def _fault_view(self) -> Obj:
-        return self.faults.view()
 
     def stats(self) -> Obj:
         return {

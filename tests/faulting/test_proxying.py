@@ -187,12 +187,23 @@ async def test_conflicts_are_injected_into_writes_only(sim_behind: Behind) -> No
     assert (await it.call("POST", it.configmaps, configmap("d")))[0] == 201
 
 
-async def test_watch_streams_are_dropped(sim_behind: Behind) -> None:
+async def test_watch_streams_are_dropped_between_two_events(sim_behind: Behind) -> None:
     it = sim_behind
+    for i in range(20):
+        await it.direct.create(resources.CONFIGMAPS, it.namespace, {**configmap(f"c{i}"), "data": {"k": "x" * 5000}})
+
+    async def churn() -> None:
+        for i in range(200):
+            await it.direct.patch(resources.CONFIGMAPS, it.namespace, f"c{i % 20}", {"data": {"n": str(i)}})
+
     it.proxy.faults.set("watch_drop=300ms")
+    writes = asyncio.create_task(churn())
     started = time.perf_counter()
-    code, _, _ = await it.call("GET", it.configmaps + "?watch=true&timeoutSeconds=30")
+    code, text, _ = await it.call("GET", it.configmaps + "?watch=true&resourceVersion=0&timeoutSeconds=30")
     assert code == 200 and 0.3 <= time.perf_counter() - started < 5
+    await writes
+    events = [json.loads(line) for line in text.splitlines()]
+    assert events and text.endswith("\n"), "every event whole: a dropped watch ends between two"
     assert it.proxy.faults.stats()["injected"]["watch_drop"] == 1
 
 

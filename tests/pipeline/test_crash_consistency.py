@@ -27,15 +27,13 @@ from tests.pipeline.test_run_policy import annotate, children_are, condition, ki
 async def test_status_writes_meeting_409_conflicts_are_read_again_and_retried_never_dead_lettered(
     pipeline: Pipeline,
 ) -> None:
-    if pipeline.tier != "sim":
-        pytest.skip("needs fault injection (409 Conflict on every update), which only the sim has")
     manifest = job("JAXJob", "conflicted", {"Worker": (2, "Never")}, "jax")
     # Every update of the job (its /status included) answers 409 for a while: far more than the
     # status worker's conflict_attempts in a row.
-    pipeline.cluster.faults.set("conflict_rate=1;resources=jaxjobs.kubeflow.org")
+    pipeline.set_faults("conflict_rate=1;resources=jaxjobs.kubeflow.org")
     await pipeline.submit(manifest)
     await asyncio.sleep(4.0)
-    pipeline.cluster.faults.set("")
+    pipeline.set_faults("")
     await pipeline.wait_for("JAXJob", "conflicted", "Succeeded", timeout=60)
     dead = await read_topic(pipeline.kafka, pipeline.kafka.dlq_topic)
     assert dead == [], "a conflict is never dead-lettered"
@@ -121,7 +119,7 @@ async def test_a_reconciler_killed_right_after_a_deadline_verdict_leaves_its_suc
         async with killing_on(pipeline, first, key, lambda r: r.action == "job_failed") as killed:
             await pipeline.submit(manifest)
             decided = await asyncio.wait_for(killed, 30)
-        # Killed before (sim: deletes are slowed) or while deleting; the status worker goes on.
+        # Killed before (deletes are slowed) or while deleting; the status worker goes on.
         failed = await pipeline.wait_for(kind, name, "Failed", timeout=30)
         last = condition(failed, "Failed")
         assert last is not None and (last["reason"], last["message"]) == (
@@ -131,8 +129,7 @@ async def test_a_reconciler_killed_right_after_a_deadline_verdict_leaves_its_suc
     finally:
         if first.poll() is None:
             first.kill()
-    if pipeline.tier == "sim":
-        assert await successor_acted(pipeline, key, decided.instance, "child_deleted")
+    assert await successor_acted(pipeline, key, decided.instance, "child_deleted")
 
 
 async def test_a_replica_deleted_for_a_restart_is_recreated_when_the_watcher_died_before_its_deleted(
@@ -142,13 +139,11 @@ async def test_a_replica_deleted_for_a_restart_is_recreated_when_the_watcher_die
     successor, knowing nothing of the pod, publishes no DELETED for it: the reconciler asks the
     API server after a few seconds instead of waiting ``delete_grace`` (300 s), and recreates
     the worker, so the job runs its restarts as it should."""
-    if pipeline.tier != "sim":
-        pytest.skip("needs fault injection (a slow DELETE), which only the sim has")
     manifest = job("PyTorchJob", "orphaned-restart", {"Master": (1, "ExitCode"), "Worker": (1, "ExitCode")},
                    "pytorch", runPolicy={"backoffLimit": 3})
     annotate(manifest, "Master", duration="60s")
     annotate(manifest, "Worker", duration="0.5s", exit_code="137", fail_times="1")
-    pipeline.cluster.faults.set("latency=delete:2000ms")
+    pipeline.set_faults("latency=delete:2000ms")
     await pipeline.submit(manifest)
 
     def deletes() -> list[dict[str, Any]]:
@@ -167,7 +162,7 @@ async def test_a_replica_deleted_for_a_restart_is_recreated_when_the_watcher_die
     await pipeline.eventually(failed, timeout=30, what="worker 0 failed")
     await asyncio.sleep(0.5)  # the failure is on the topic, the DELETE under way
     await pipeline.stop("watcher")
-    pipeline.cluster.faults.set("")
+    pipeline.set_faults("")
     await pipeline.eventually(deleting, timeout=20, what="the restart's DELETE")
     pipeline.start_watcher("watcher-2")
 

@@ -526,11 +526,10 @@ async def killing_on(
     """SIGKILL ``process`` the moment a Decision of ``job_key`` matching ``when`` is in the topic.
 
     The record is what the reconciler writes once it decided (before creating a
-    child, after each delete, before its offset is committed); on the sim tier
-    deletes are slowed to 0.4 s each, so the kill lands before the rest of the
+    child, after each delete, before its offset is committed); deletes are slowed
+    to 0.4 s each (through the services' faulting proxy), so the kill lands before the rest of the
     decision is carried out."""
-    if pipeline.tier == "sim":
-        pipeline.cluster.faults.set("latency=delete:400ms")
+    pipeline.set_faults("latency=delete:400ms")
     killed: asyncio.Future[records.Decision] = asyncio.get_running_loop().create_future()
     consumer = AIOKafkaConsumer(**client_options(pipeline.kafka), group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest")
@@ -559,8 +558,7 @@ async def killing_on(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await consumer.stop()
-        if pipeline.tier == "sim":
-            pipeline.cluster.faults.set("")
+        pipeline.set_faults("")
 
 
 async def successor_acted(pipeline: Pipeline, job_key: str, first: str, action: str) -> bool:
@@ -644,6 +642,6 @@ async def test_run_policy_completes_after_a_reconciler_killed_between_deciding_a
     finally:
         if first.poll() is None:
             first.kill()
-    if pipeline.tier == "sim" and row in ("cleanup", "suspend", "backoff"):
+    if row in ("cleanup", "suspend", "backoff"):
         # The kill landed mid-decision: the successor carried out the rest.
         assert await successor_acted(pipeline, pipeline.key(kind, name), decided.instance, action)
