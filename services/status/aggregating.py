@@ -7,8 +7,11 @@ reconciler's ``kto.dev/failure`` annotation, as the API server returned it),
 never from a Decision record, which anyone who can write to the topic could forge. Out: the job's
 ``/status`` written only when it changed and at most once per write interval
 (optimistic concurrency, re-read and recompute on 409), Kubernetes Events for transitions, and a ``status_written``
-Decision record. The status itself is ``shared.core.statuses.compute`` (pure).
-This worker is the only writer of job status.
+Decision record. The status itself is computed by the job's family
+(:data:`shared.core.families.REGISTRY`; ``shared.core.statuses.compute`` for the
+kubeflow.org/v1 kinds, the sync's decision for MPIJob v2beta1), pure. This worker
+is the only writer of the status of the families whose ``status_writer`` it is; a
+TrainingJob's status is the reconciler's (docs/architecture.md says why).
 """
 
 from __future__ import annotations

@@ -9,15 +9,17 @@ A basis names each object by kind, name, uid and resourceVersion. An object whos
 version the worker did not take from a record (read from the API server by a
 hydration, or the answer to its own write) may never be on the log (a watcher
 that restarts lists only the newest version of each object), so it travels in
-the basis whole. A child the worker deleted and still counts as going away is
-flagged ``terminating``. Pure: no I/O, no clock.
+the basis whole. A child the worker deleted and still counts as going away (given
+a ``deletionTimestamp`` for the decision by :mod:`shared.core.expectations`) is
+flagged ``terminating`` and carried without it; rebuilt, it gets one again (the
+basis's ``now``). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from shared.core import views
@@ -26,20 +28,16 @@ Manifest = dict[str, Any]
 Version = tuple[str, str, str]
 """(kind, name, resourceVersion) of one object version."""
 
-TERMINATING_MARK = "deleted-by-kto"
-"""The ``deletionTimestamp`` a worker gives a child it deleted and still counts as going away."""
-
-
 def version_of(obj: Manifest) -> Version:
     meta = obj.get("metadata") or {}
     return (str(obj.get("kind", "")), str(meta.get("name", "")), str(meta.get("resourceVersion") or ""))
 
 
-def _ref(obj: Manifest, logged: Callable[[Version], bool]) -> dict[str, Any]:
+def _ref(obj: Manifest, logged: Callable[[Version], bool], terminating: bool = False) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     kind, name, version = version_of(obj)
     ref: dict[str, Any] = {"kind": kind, "name": name, "rv": version, "uid": str(meta.get("uid") or "")}
-    if meta.get("deletionTimestamp") == TERMINATING_MARK:
+    if terminating:
         ref["terminating"] = True
         meta = {k: v for k, v in meta.items() if k != "deletionTimestamp"}
         obj = {**obj, "metadata": meta}
@@ -50,14 +48,16 @@ def _ref(obj: Manifest, logged: Callable[[Version], bool]) -> dict[str, Any]:
 
 def describe(
     job: Manifest, children: Sequence[Manifest], now: dt.datetime, *, logged: Callable[[Version], bool],
-    old: Manifest | None = None, **extra: Any,
+    old: Manifest | None = None, terminating: Collection[views.ChildKey] = (), **extra: Any,
 ) -> dict[str, Any]:
     """The basis of a decision made from ``job`` and ``children`` at ``now``; ``logged``
-    says whether a version was taken from a record; ``extra`` (JSON-shaped) is kept as given."""
+    says whether a version was taken from a record; ``terminating``: the children the
+    decision saw going away because the worker deleted them; ``extra`` (JSON-shaped) is
+    kept as given."""
     basis: dict[str, Any] = {
         "now": now.astimezone(dt.UTC).isoformat(timespec="microseconds"),
         "job": _ref(job, logged),
-        "children": [_ref(child, logged) for child in children],
+        "children": [_ref(child, logged, views.child_key(child) in terminating) for child in children],
     }
     if old is not None:
         basis["old"] = _ref(old, logged)
@@ -96,9 +96,10 @@ def rebuild(basis: Mapping[str, Any], lookup: Callable[[Version], Manifest | Non
                 raise Unresolved(f"{key[0]} {key[1]} at resourceVersion {key[2]} is not on the log")
             obj = found
         if ref.get("terminating"):
-            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "deletionTimestamp": TERMINATING_MARK}}
+            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "deletionTimestamp": stamp}}
         return obj
 
+    stamp = str(basis.get("now") or "")
     try:
         now = dt.datetime.fromisoformat(str(basis["now"]))
         children = basis.get("children") or []

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import pathlib
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 
 from services.reconciler import reconciling as reconciler_module
 from services.reconciler.settings import ReconcilerSettings
@@ -50,17 +52,25 @@ async def test_a_late_deleted_of_a_previous_incarnation_keeps_the_current_one_go
     settings = ReconcilerSettings(kubeconfig=tmp_path / "none", instance="r")
     reconciler = reconciler_module.Reconciler(settings, None, None)  # type: ignore[arg-type]
     job_key = "c/ns/JAXJob/j"
-    view = reconciler._views.setdefault(job_key, reconciler_module.views.JobView())
-    view.observe_child(pod("second", 20), deleted=False)
+    await reconciler.handle(records.Observation(
+        key=job_key, resource_version="20", object_kind="Pod", event="ADDED", object=pod("second", 20),
+        source="watcher"), otel_context.get_current())
+    memory = reconciler.memory(job_key)
+    assert memory is not None
     # The worker deleted the second incarnation for a restart ...
-    reconciler._deleted[(job_key, ("Pod", "j-worker-0"))] = ("second", asyncio.get_running_loop().time())
+    memory.expected.deleted(("Pod", "j-worker-0"), "second", asyncio.get_running_loop().time())
     # ... and then a DELETED of the first one comes late (a redelivery, a relist).
-    reconciler._deletion_seen(job_key, pod("first", 10))
-    [child] = reconciler._children(job_key, view)
+    await reconciler.handle(records.Observation(
+        key=job_key, resource_version="10", object_kind="Pod", event="DELETED", object=pod("first", 10),
+        source="watcher"), otel_context.get_current())
+    [child] = memory.expected.seen_as(memory.view.children.items(), asyncio.get_running_loop().time(),
+                                      dt.datetime.now(dt.UTC))[0]
     assert child["metadata"].get("deletionTimestamp"), "still counted as going away: no second restart"
-    reconciler._deletion_seen(job_key, pod("second", 21))
-    [child] = reconciler._children(job_key, view)
-    assert not child["metadata"].get("deletionTimestamp")
+    await reconciler.handle(records.Observation(
+        key=job_key, resource_version="21", object_kind="Pod", event="DELETED", object=pod("second", 21),
+        source="watcher"), otel_context.get_current())
+    assert not memory.expected.going(("Pod", "j-worker-0"), pod("second", 21), asyncio.get_running_loop().time())
+    reconciler.close()
 
 
 async def test_a_record_with_a_forged_resource_version_does_not_freeze_a_live_job(pipeline: Pipeline) -> None:
