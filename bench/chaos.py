@@ -17,10 +17,12 @@ The run, all choices from ``random.Random(seed)``:
 2. **Faults** (:func:`plan_faults`): SIGKILLs of reconcilers every ~10 s,
    of a status worker and of the active watcher (each started again), one
    broker restart (Tansu comes back empty; Kafka keeps its log), malformed
-   records on the jobs topic, and on sim/ windows of API faults (5xx, 429
-   with Retry-After, 409 conflicts, dropped watches, forced 410); on the
-   real control plane the kube-apiserver process is killed once (kto
-   control-plane starts it again). Twice, records are **forged** for running
+   records on the jobs topic, and on both tiers a window of API faults (5xx,
+   429 with Retry-After, 409 conflicts, dropped watches, forced 410: sim/
+   injects them itself, the real control plane through the faulting proxy
+   the stack puts in front of it, faulting/proxying.py); on the real control
+   plane the kube-apiserver process is also killed once (kto control-plane
+   starts it again). Twice, records are **forged** for running
    jobs (:func:`forged_records`): the job with more replicas of an attacker's
    image on the host network, the job Succeeded with a TTL of 0 and
    cleanPodPolicy All, its pods Succeeded — half unsigned, half signed with
@@ -284,7 +286,7 @@ class Fault:
     at: float
     """Seconds after the start of the run."""
     what: str
-    """``kill`` (a child, started again), ``api-faults`` (a sim fault spec on, ``arg``), ``api-faults-off``,
+    """``kill`` (a child, started again), ``api-faults`` (a fault spec on, ``arg``), ``api-faults-off``,
     ``broker-restart``, ``apiserver-kill``, ``garbage`` (malformed records)."""
     target: str = ""
     arg: str = ""
@@ -307,13 +309,12 @@ def plan_faults(rng: random.Random, settings: ChaosSettings, reconcilers: int, s
     faults.append(Fault(rng.uniform(0.55, 0.75) * window, "forge", arg="3"))
     if settings.real_tier:
         faults.append(Fault(rng.uniform(0.2, 0.8) * window, "apiserver-kill"))
-    else:
-        seed = rng.randint(0, 1 << 30)
-        spec = (f"error_rate=0.05;throttle_rate=0.03:retry_after=1;conflict_rate=0.05;watch_drop=4s;"
-                f"gone_every=7s;seed={seed}")
-        start = rng.uniform(0.1, 0.3) * window
-        faults.append(Fault(start, "api-faults", arg=spec))
-        faults.append(Fault(min(window - 1, start + rng.uniform(10, 15)), "api-faults-off"))
+    seed = rng.randint(0, 1 << 30)
+    spec = (f"error_rate=0.05;throttle_rate=0.03:retry_after=1;conflict_rate=0.05;watch_drop=4s;"
+            f"gone_every=7s;seed={seed}")
+    start = rng.uniform(0.1, 0.3) * window
+    faults.append(Fault(start, "api-faults", arg=spec))
+    faults.append(Fault(min(window - 1, start + rng.uniform(10, 15)), "api-faults-off"))
     return sorted(faults, key=lambda f: f.at)
 
 
@@ -328,6 +329,8 @@ class Summary:
     tier: str
     jobs: int
     injected: dict[str, int]
+    """Faults by kind as planned, and what they came to (``forged_records``, ``malformed_records``,
+    ``api_faults_answered``: requests the sim or the faulting proxy faulted in the API-fault window)."""
     invariants: dict[str, int]
     violations: list[str]
     convergence_s: float | None
@@ -383,7 +386,10 @@ async def run(stack: Any, settings: ChaosSettings, progress: Callable[[str], Non
                     forged_keys.update(r.key for r in forged)
                     injected["forged_records"] = injected.get("forged_records", 0) + len(forged)
                 elif fault.what in ("api-faults", "api-faults-off"):
-                    await client.request("PUT", "/admin/faults", body={"spec": fault.arg if fault.what == "api-faults" else ""})
+                    # The sim's own /admin/faults, or that of the faulting proxy before a real cluster.
+                    answer = await client.request("PUT", "/admin/faults",
+                                                  body={"spec": fault.arg if fault.what == "api-faults" else ""})
+                    injected["api_faults_answered"] = int(answer["faults"]["total"])
                 elif fault.what == "apiserver-kill":
                     _kill_apiserver(stack, context)
             except Exception as exc:  # a fault that could not be injected is reported, not fatal

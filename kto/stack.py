@@ -9,7 +9,9 @@ their own (``python -m kto ...``, each in its own process group, output to
 1. ``kto broker`` (Tansu, in memory) — the bus, unless ``kafka`` names one
    already running;
 2. one ``kto sim`` per cluster — the API servers, merged into ONE kubeconfig
-   ``<state-dir>/kubeconfig`` with contexts ``kto-1`` … ``kto-N``;
+   ``<state-dir>/kubeconfig`` with contexts ``kto-1`` … ``kto-N`` (with
+   ``fault_proxy`` on a real control plane, a faulting proxy runs in this
+   process in front of each cluster and the kubeconfig names the proxies);
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
    Established);
 4. one ``kto watcher`` per cluster, ``reconcilers`` × ``kto reconciler`` and
@@ -44,6 +46,7 @@ from typing import IO, Any
 
 import yaml
 
+from faulting import proxying
 from shared import lifecycle
 from shared.bus import settings as bus_settings
 from shared.bus import signing
@@ -98,7 +101,12 @@ class StackSettings:
     """Latency the simulated API servers add to every request, in milliseconds."""
 
     faults: str = ""
-    """Further fault spec for every sim (sim/faults.py grammar), joined with the latency."""
+    """Further fault spec for every sim (faulting/faults.py grammar), joined with the latency."""
+
+    fault_proxy: bool = False
+    """Put a faulting proxy (faulting/proxying.py, in this process) in front of each real cluster and
+    point the services at it, so API faults can be set at run time through its ``/admin/faults``
+    (``kto chaos --control-plane kube``); a sim injects them itself."""
 
     nodes: int = 4
     """Simulated nodes per cluster."""
@@ -452,6 +460,8 @@ class Stack(lifecycle.Started):
         self.contexts = settings.contexts
         self.bootstrap = ""
         self.sim_urls: dict[str, str] = {}
+        self.proxies: dict[str, proxying.Proxy] = {}
+        """Context → the faulting proxy in front of its cluster (``settings.fault_proxy`` on a real one)."""
         self.webhook_url = ""
         """The admission webhook's base URL (``settings.webhooks`` > 0), registered on every cluster."""
         self.metrics_targets: dict[str, str] = {}
@@ -577,6 +587,8 @@ class Stack(lifecycle.Started):
                 raise StackError(f"{sim.name}'s ready line is not 'ready <url> <kubeconfig>' (see {sim.log})")
             self.sim_urls[context] = sim.ready[0]
             sources[context] = pathlib.Path(sim.ready[1])
+            if s.fault_proxy and s.control_plane == "kube":
+                sources[context] = await self._start_proxy(context, sources[context])
         merged = _merge_kubeconfigs(sources)
         tmp = self.kubeconfig.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(merged, sort_keys=False))
@@ -605,6 +617,17 @@ class Stack(lifecycle.Started):
         if self.metrics_targets:
             self._write_scrape_config()
         await self._start_tier_checked(services)
+
+    async def _start_proxy(self, context: str, kubeconfig: pathlib.Path) -> pathlib.Path:
+        """A faulting proxy (no faults yet) in front of ``kubeconfig``'s cluster; the kubeconfig naming it."""
+        written = kubeconfig.with_name("proxy.kubeconfig")
+        try:
+            proxy = proxying.Proxy(proxying.ProxySettings(kubeconfig, write_kubeconfig=written))
+        except proxying.ProxyError as exc:
+            raise StackError(f"the faulting proxy of {context}: {exc}") from None
+        self.proxies[context] = proxy
+        await proxy.start()
+        return written
 
     def _service(self, name: str, *argv: str) -> Child:
         """A watcher or worker, with its own metrics port (or none) and no probes port of its own."""
@@ -779,6 +802,8 @@ class Stack(lifecycle.Started):
             async with asyncio.TaskGroup() as group:
                 for child in tier:
                     group.create_task(child.stop(child.stop_timeout or timeout), name=f"kto-stack-stop-{child.name}")
+        while self.proxies:
+            await self.proxies.popitem()[1].stop()
         if self._lock is not None:
             lock, self._lock = self._lock, None
             with contextlib.suppress(OSError):

@@ -2,8 +2,9 @@
 
 Starts the stack (``kto up``'s, with two reconcilers and two status workers
 by default), submits a mixed job load while it kills workers and the
-watcher, restarts the broker, injects API faults (sim) or kills the API
-server (kube) and writes malformed records, waits for convergence, and
+watcher, restarts the broker, injects API faults (the sim itself; a real
+cluster through a faulting proxy), kills the API server (kube) and writes
+malformed records, waits for convergence, and
 prints one JSON summary (bench/chaos.py says what is checked). Exit code 0
 when every invariant holds, 1 when one is violated, 2 for bad input.
 """
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         stack_settings = stack.StackSettings(
             state_dir=args.state_dir, reconcilers=args.reconcilers, status_workers=args.status_workers,
             partitions=args.partitions, control_plane=args.control_plane, broker=args.broker,
-            watcher_args=("--lease-duration", "5"),
+            watcher_args=("--lease-duration", "5"), fault_proxy=args.control_plane == "kube",
         )
     except (chaos.ChaosError, stack.StackError) as exc:
         raise UserError(str(exc)) from None

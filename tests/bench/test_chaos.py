@@ -43,7 +43,7 @@ def test_the_load_holds_every_case_and_the_schedule_every_fault() -> None:
     sim_faults = {f.what for f in chaos.plan_faults(rng, chaos.ChaosSettings(), 2, 2, ["watcher-kto-1"])}
     assert sim_faults == {"kill", "broker-restart", "garbage", "forge", "api-faults", "api-faults-off"}
     real = {f.what for f in chaos.plan_faults(rng, chaos.ChaosSettings(real_tier=True), 2, 2, ["watcher-kto-1"])}
-    assert real == {"kill", "broker-restart", "garbage", "forge", "apiserver-kill"}
+    assert real == {"kill", "broker-restart", "garbage", "forge", "apiserver-kill", "api-faults", "api-faults-off"}
 
 
 def created(name: str, times: int) -> list[dict[str, object]]:
@@ -97,4 +97,5 @@ def test_a_short_seeded_chaos_run_keeps_every_invariant(tier: tuple[str, str], t
     assert summary["injected"]["kill"] >= 3 and summary["injected"]["broker-restart"] == 1
     assert summary["injected"]["malformed_records"] == 12
     assert summary["injected"]["forged_records"] > 0 and "forged_acts" in summary["invariants"]
+    assert summary["injected"]["api_faults_answered"] > 0, "API faults on each tier (kube: through the proxy)"
     assert summary["convergence_s"] is not None and summary["convergence_s"] <= chaos.CONVERGENCE_GOAL_S
