@@ -15,6 +15,7 @@ COPY kto ./kto
 COPY shared ./shared
 COPY services ./services
 COPY sim ./sim
+COPY faulting ./faulting
 COPY bench ./bench
 COPY realparts ./realparts
 RUN pip install . && rm -rf /src
