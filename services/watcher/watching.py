@@ -3,9 +3,12 @@
 In: a :class:`~shared.kube.clients.KubeClient` for the cluster, a
 :class:`~shared.bus.producing.Publisher`, :class:`~services.watcher.settings.WatcherSettings`.
 Out: one :class:`~shared.bus.records.Observation` on the jobs topic per change of
-a job (the six kubeflow.org/v1 kinds), of a pod, Service or ConfigMap that
-carries the ``training.kubeflow.org/job-name`` label, or of a PodGroup a job
-owns (where the cluster serves PodGroups), keyed by the job key.
+a job (every kind of :data:`WATCHED_TYPES`' job types: the six kubeflow.org/v1 kinds,
+MPIJob v2beta1, et-operator's TrainingJob), of a child that carries the job-name
+label (:data:`CHILD_TYPES`: pods, Services, ConfigMaps, ServiceAccounts, Roles,
+RoleBindings, an MPIJob v2beta1's launcher Job), or of an object tied to a job
+otherwise (:data:`UNLABELLED_TYPES`: the HPA and PodGroups it owns, the scalers
+naming it), keyed by the job key. Never a Secret.
 
 Per resource type: list, then watch from the list's resourceVersion; BOOKMARKs
 move the resourceVersion on; a broken connection resumes from the last
