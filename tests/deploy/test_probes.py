@@ -54,10 +54,14 @@ class Service:
                 return response.status, await response.text()
 
     async def logged(self, line: str, timeout: float = 40.0) -> None:
-        """Wait until the service's log has a line ending with ``line``."""
+        """Wait until the service's log has a line ending with ``line``, asking ``/readyz`` meanwhile: a check
+        runs, and logs a new reason, when it is asked (on a loaded machine the first answer may be an earlier
+        state, e.g. some types not listed yet, and nothing would ask again)."""
         deadline = asyncio.get_running_loop().time() + timeout
         while not any(said.endswith(line) for said in self.log.read_text(errors="replace").splitlines()):
             assert asyncio.get_running_loop().time() < deadline, f"never logged {line!r}:\n{self.tail()}"
+            with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                await self.get("/readyz")
             await asyncio.sleep(0.2)
 
     async def until(self, path: str, status: int, timeout: float = 40.0) -> str:

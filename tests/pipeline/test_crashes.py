@@ -28,7 +28,7 @@ async def start_worker_process(pipeline: Pipeline, command: str, group: str, *ar
         "KTO_KAFKA_HEARTBEAT_INTERVAL_MS": "300",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "kto", command, "--kubeconfig", str(pipeline.kubeconfig), "--group", group, *args],
+        [sys.executable, "-m", "kto", command, "--kubeconfig", str(pipeline.services_config), "--group", group, *args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert process.stdout is not None

@@ -84,7 +84,9 @@ def decisions(history: Iterable[records.Record], action: str) -> int:
 
 async def test_each_service_exposes_upstream_and_kto_metrics_that_count_the_run(pipeline: Pipeline) -> None:
     ports = await restart_with_metrics(pipeline)
-    ns, host = pipeline.namespace, urllib.parse.urlsplit(pipeline.client.host).netloc
+    # The services reach the cluster through the test's faulting proxy: their requests name its host.
+    ns = pipeline.namespace
+    host = urllib.parse.urlsplit(pipeline.proxy.url if pipeline.proxy is not None else pipeline.client.host).netloc
     job_labels = {"job_namespace": ns, "framework": "pytorch"}
 
     await pipeline.submit(job("PyTorchJob", "ok", {"Master": (1, "OnFailure"), "Worker": (2, "OnFailure")},
