@@ -14,6 +14,9 @@ randomness.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -40,3 +43,10 @@ def training_job_key_pair() -> elastic_planning.KeyPair:
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                                 serialization.NoEncryption())
     return elastic_planning.KeyPair(private_key_pem=private.decode(), public_key=_openssh_public(key).decode())
+
+
+MAKERS: dict[type, Callable[[], Any]] = {
+    sshkeys.KeyPair: mpi_key_pair,
+    elastic_planning.KeyPair: training_job_key_pair,
+}
+"""Key pair type → its maker: what a service hands the families (``effects.Context.key_makers``)."""

@@ -1,9 +1,10 @@
 """The reconciler's acts: a decided pass carried out on the job's cluster, each act
 said on the topic.
 
-In: a job key, its :class:`~services.reconciler.memories.KeyMemory`, and a family's
-decision with the children it was made from (:class:`Seen`). Out: creates, updates,
-deletes and status writes on the cluster (409 AlreadyExists and 404 NotFound count
+In: a job key, its :class:`~services.reconciler.memories.KeyMemory`, and a pass a
+family decided (:class:`Decided`: its :class:`~shared.core.effects.Effects`, the same
+shape for every family, with the children it was decided from). Out: commands run in a
+pod, creates, updates, deletes and status writes on the cluster (409 AlreadyExists and 404 NotFound count
 as done; a 409 Conflict propagates, so settle reads afresh and decides again), Events
 on the job, and on ``kto.jobs`` the pass's plan before it acts (write-ahead) and a
 Decision record for each act. The deletes it makes are told to the key's
@@ -20,16 +21,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from shared import keygen
-from shared.api import common, elastic, jobs
+from shared.api import jobs
 from shared.bus import producing, records
-from shared.core import basis, conditions, kubeflow_v1, plans, reconciling, statuses, views
+from shared.core import basis, effects, families, plans, reconciling, statuses, views
 from shared.core import events as child_events
-from shared.core.elastic import decisions as et_decisions
-from shared.core.elastic import family as et_family
-from shared.core.elastic import reconciling as et
-from shared.core.mpi_v2 import family as mpi_v2_family
-from shared.core.mpi_v2 import reconciling as mpi_v2
 from shared.kube import clients, connecting, recording, resources
 from services.reconciler import memories
 from services.reconciler.settings import ReconcilerSettings
@@ -43,6 +38,17 @@ MAX_EXECS = 4
 
 LookAgain = Callable[[records.JobKey, memories.KeyMemory, "float | None"], None]
 """The reconciler's hook: look at the key again after the seconds given (None: when a record comes)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """A pass decided: the family that decided it, on what, with what, and its effects."""
+
+    family: families.Family
+    document: dict[str, Any]
+    seen: Seen
+    context: effects.Context
+    effects: effects.Effects
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,8 @@ def status_of(job: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_in_launcher(
-    client: clients.KubeClient, command: et_decisions.Exec, timeout: float,
-) -> et_decisions.ExecResult:
+    client: clients.KubeClient, command: effects.Exec, timeout: float,
+) -> effects.ExecResult:
     """Run one command a TrainingJob's decision asks for: its output as the client reads it
     back (each stream capped at ``clients.EXEC_OUTPUT_LIMIT``); failed on a non-zero exit, an
     API error, or no end within ``timeout`` seconds (the exec is then abandoned)."""
@@ -76,13 +82,13 @@ async def run_in_launcher(
                                    timeout=timeout)
     except clients.ApiError as exc:
         if exc.reason == "Timeout":
-            return et_decisions.ExecResult(
+            return effects.ExecResult(
                 command, False, f"the {command.purpose} command did not end within the exec time limit of "
                                 f"{timeout:g} s and counts as failed")
-        return et_decisions.ExecResult(command, False, exc.message or str(exc))
+        return effects.ExecResult(command, False, exc.message or str(exc))
     if answer.exit_code != 0:
-        return et_decisions.ExecResult(command, False, answer.stderr or answer.stdout or f"exit code {answer.exit_code}")
-    return et_decisions.ExecResult(command, True, answer.stdout)
+        return effects.ExecResult(command, False, answer.stderr or answer.stdout or f"exit code {answer.exit_code}")
+    return effects.ExecResult(command, True, answer.stdout)
 
 
 class Applier:
@@ -98,85 +104,15 @@ class Applier:
         self._look_again = look_again
         self._events = recording.Recorder(settings.instance)
 
-    async def apply_v1(
-        self, key: records.JobKey, memory: memories.KeyMemory, job: jobs.Job, decision: reconciling.Decision,
-        seen: Seen, now: dt.datetime, old: dict[str, Any] | None,
-    ) -> None:
-        """A kubeflow.org/v1 pass: the verdict on the job, then on the topic; creates, updates,
-        the restart count on the job, deletes, the job's TTL deletion."""
+    async def apply(self, key: records.JobKey, memory: memories.KeyMemory, decided: Decided) -> None:
+        """Carry out a decided pass in the order :mod:`shared.core.effects` gives: the commands
+        it asks for first (each result fed back to the family until it asks for none, each
+        command on the topic), then, when it acts, its plan on the topic and its writes; its
+        warnings and announcements whether or not it acts; then look again when it says."""
         view = memory.view
         memory.decided_on = view.job
-        if kubeflow_v1.acts(decision):
-            await self._pass(key, memory, seen, now, kubeflow_v1.plan(decision), old=old,
-                             settings=dataclasses.asdict(self._settings.operator))
         client = await self._clusters.get(key.cluster)
-        if decision.verdict is not None:
-            # On the job first, then on the topic, then the deletes: whoever reads the
-            # job next (a successor, the status worker) finishes what this pass starts.
-            if not await self._record_failure(client, key, memory, decision.verdict, now):
-                return
-            await self.announce(key, memory, decision.verdict)
-        else:
-            recorded = statuses.recorded_verdict(job)
-            if recorded is not None and not conditions.is_finished(job.status):
-                # A predecessor recorded it and may have died before publishing it.
-                await self.announce(key, memory, recorded)
-        if decision.plan_error is not None:
-            await self.say(key, memory, "child_create_failed", reason="PlanError", message=decision.plan_error)
-        await self._warn(client, memory, job, decision.warnings, now)
-        await self._create_all(client, key, memory, decision.creates, job)
-        for manifest in decision.updates:
-            await self._update(client, key, memory, manifest)
-        if decision.restarts is not None and not await self._count_restarts(client, key, memory, decision):
-            return
-        for ref in decision.deletes:
-            await self._delete(client, key, memory, ref, job)
-        if decision.delete_job:
-            await self._delete_job(client, key, memory, job)
-        self._look_again(key, memory, decision.requeue_after)
-
-    async def apply_mpi_v2(
-        self, key: records.JobKey, memory: memories.KeyMemory, decision: mpi_v2.Decision, seen: Seen,
-        now: dt.datetime,
-    ) -> None:
-        """An MPIJob v2beta1 sync: its steps, creates, children's status writes, updates, deletes."""
-        if decision.empty:
-            return
-        await self._pass(key, memory, seen, now, mpi_v2_family.plan(decision),
-                         settings=dataclasses.asdict(self._settings.operator))
-        client = await self._clusters.get(key.cluster)
-        await self.say(key, memory, "mpi_sync", reason="Sync", message="; ".join(decision.steps)[:4000],
-                       detail={"steps": decision.steps, "error": decision.error})
-        await self._create_all(client, key, memory, decision.creates)
-        versions: dict[tuple[str, str], str] = {}
-        for manifest in decision.status_updates:
-            rt = resources.for_manifest(manifest)
-            name = manifest["metadata"]["name"]
-            written = await client.request("PUT", rt.path(key.namespace, name, "status"), body=manifest,
-                                           route=f"{rt.plural}/status")
-            versions[(rt.kind, name)] = str((written.get("metadata") or {}).get("resourceVersion") or "")
-        for manifest in decision.updates:
-            rt = resources.for_manifest(manifest)
-            version = versions.get((rt.kind, manifest["metadata"]["name"]))
-            if version:
-                manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": version}}
-            await self._update(client, key, memory, manifest)
-        for ref in decision.deletes:
-            await self._delete(client, key, memory, ref)
-        if decision.error is not None:
-            # Upstream returns the error and is called again with back-off: a foreign
-            # child in the way. Looked at again when anything of the job changes.
-            log.warning("%s: %s", key, decision.error)
-        self._look_again(key, memory, None)
-
-    async def apply_training_job(
-        self, key: records.JobKey, memory: memories.KeyMemory, job: elastic.TrainingJob, decision: et_decisions.Decision,
-        every: Seen, scalers: list[elastic.Scaler], children: list[dict[str, Any]], now: dt.datetime,
-    ) -> None:
-        """A TrainingJob pass: the commands its decision asks for, run in the launcher and fed
-        back until it asks for none (each one on the topic), then what it decided."""
-        client = await self._clusters.get(key.cluster)
-        executed: list[et_decisions.ExecResult] = []
+        decision, executed = decided.effects, list[effects.ExecResult]()
         while decision.execs and len(executed) < MAX_EXECS:
             for command in decision.execs:
                 result = await self._exec(client, key, command)
@@ -186,86 +122,113 @@ class Applier:
                                detail={"ok": result.ok, "output": result.output[:2000]})
                 if not result.ok:
                     break
-            decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
-                                 settings=self._settings.elastic, executed=executed)
-        if et_family.acts(decision):
-            await self._pass(key, memory, every, now, et_family.plan(decision),
-                             settings=dataclasses.asdict(self._settings.elastic),
-                             executed=[et_family.exec_result(r) for r in executed])
-        await self._apply_training_job_decision(client, key, memory, job, decision, now)
+            decision = decided.family.decide(decided.document, decided.seen.children,
+                                             dataclasses.replace(decided.context, executed=tuple(executed)))
+        for problem in decision.problems:
+            log.warning("%s: %s", key, problem)
+        acting = decision.acts or bool(executed)
+        if acting:
+            extra: dict[str, Any] = {"settings": decision.settings}
+            if executed:
+                extra["executed"] = [result.dump() for result in executed]
+            await self._pass(key, memory, decided.seen, decided.context.now, decision.plan(), old=decision.previous,
+                             **extra)
+        if not await self._carry_out(client, key, memory, decision, decided.context.now, acting):
+            return
+        self._look_again(key, memory, decision.requeue_after)
 
-    async def _exec(
-        self, client: clients.KubeClient, key: records.JobKey, command: et_decisions.Exec,
-    ) -> et_decisions.ExecResult:
-        """Run a command in the job's own namespace: the job key's, whatever the job object says."""
-        return await run_in_launcher(client, dataclasses.replace(command, namespace=key.namespace),
-                                     self._settings.exec_timeout)
-
-    async def _apply_training_job_decision(
-        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, job: elastic.TrainingJob,
-        decision: et_decisions.Decision, now: dt.datetime,
-    ) -> None:
-        """In the core's order: scaler ownerReferences, creates, deletes, scaler statuses,
-        the job's status; then Events and the steps."""
-        view = memory.view
-        for update in decision.scalers:
-            if update.owner_reference is not None:
-                rt = resources.SCALER_TYPES[update.kind]
-                written = await client.patch(rt, update.namespace, update.name,
-                                             {"metadata": {"ownerReferences": [update.owner_reference]}})
-                view.observe_child(written, deleted=False)
-        await self._create_all(client, key, memory, decision.creates)
+    async def _carry_out(
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, decision: effects.Effects,
+        now: dt.datetime, acting: bool,
+    ) -> bool:
+        """The writes of a pass, in order (see :mod:`shared.core.effects`); False when the job
+        turned out gone (nothing more is done for it)."""
+        job = decision.regarding
+        told = job if decision.child_events else None
+        if decision.verdict is not None:
+            # On the job first, then on the topic, then the deletes: whoever reads the
+            # job next (a successor, the status worker) finishes what this pass starts.
+            if not await self._record_failure(client, key, memory, decision.verdict, now):
+                return False
+            await self.announce(key, memory, decision.verdict)
+        elif decision.announce is not None:
+            await self.announce(key, memory, decision.announce)
+        if decision.error is not None:
+            log.warning("%s: %s", key, decision.error)
+            await self.say(key, memory, "child_create_failed", reason=decision.error_reason or "PlanError",
+                           message=decision.error)
+        if job is not None:
+            await self._warn(client, memory, job, decision.warnings, now)
+        versions: dict[tuple[str, str], str] = {}
+        for write in decision.child_writes:
+            if write.owner_reference is not None:
+                await self._adopt(client, key, memory, write, versions)
+        await self._create_all(client, key, memory, decision.creates, told)
+        await self._write_statuses(client, key, memory, [w for w in decision.child_writes if w.before_update],
+                                   versions)
         for manifest in decision.updates:
-            await self._update(client, key, memory, manifest)
+            await self._update(client, key, memory, manifest, versions)
+        if decision.restarts is not None and not await self._count_restarts(client, key, memory, decision):
+            return False
         for ref in decision.deletes:
-            await self._delete(client, key, memory, ref)
-        for update in decision.scalers:
-            if update.status is None:
-                continue
-            rt = resources.SCALER_TYPES[update.kind]
-            current = view.children.get((update.kind, update.name))
-            if current is None:
-                continue  # gone meanwhile
-            body = {**current, "status": update.status.dump()}
-            written = await client.request("PUT", rt.path(update.namespace, update.name, "status"), body=body,
-                                           route=f"{rt.plural}/status")
-            view.observe_child(written, deleted=False)
+            await self._delete(client, key, memory, ref, told)
+        if decision.delete_job:
+            await self._delete_job(client, key, memory, job)
+        await self._write_statuses(client, key, memory, [w for w in decision.child_writes if not w.before_update],
+                                   versions)
+        view = memory.view
         if decision.status is not None and view.job is not None:
-            rt = resources.TRAININGJOBS
+            rt = resources.JOB_TYPES[key.kind]
             written = await client.request("PUT", rt.path(key.namespace, key.name, "status"),
                                            body={**view.job, "status": decision.status.dump()},
                                            route=f"{rt.plural}/status")
             view.replace_job(written)
-        await self._events.record(client, job, decision.events, now)
-        for step in decision.steps:
-            await self.say(key, memory, "elastic_step", child_name=step.subject, reason=step.kind,
-                           message=step.detail)
-        self._look_again(key, memory, decision.requeue_after)
+        if job is not None:
+            await self._events.record(client, job, decision.events, now)
+        if acting:
+            for step in decision.steps:
+                await self.say(key, memory, "step", child_name=step.subject, reason=step.kind, message=step.detail)
+        return True
 
-    async def fail_unloadable_training_job(
-        self, key: records.JobKey, memory: memories.KeyMemory, exc: elastic.LoadError, now: dt.datetime,
+    async def _exec(
+        self, client: clients.KubeClient, key: records.JobKey, command: effects.Exec,
+    ) -> effects.ExecResult:
+        """Run a command in the job's own namespace: the job key's, whatever the job object says."""
+        return await run_in_launcher(client, dataclasses.replace(command, namespace=key.namespace),
+                                     self._settings.exec_timeout)
+
+    async def _adopt(
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, write: effects.ChildWrite,
+        versions: dict[tuple[str, str], str],
     ) -> None:
-        """A TrainingJob whose fields do not load (a wrongly typed field): Failed, naming
-        the field paths, once; nothing is created for it."""
+        """Make the job the child's controller (a metadata patch, in the key's namespace)."""
+        rt = resources.for_manifest({"apiVersion": write.api_version, "kind": write.kind})
+        written = await client.patch(rt, key.namespace, write.name,
+                                     {"metadata": {"ownerReferences": [write.owner_reference]}})
+        memory.view.observe_child(written, deleted=False)
+        versions[(write.kind, write.name)] = _version(written)
+
+    async def _write_statuses(
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
+        writes: list[effects.ChildWrite], versions: dict[tuple[str, str], str],
+    ) -> None:
+        """Write each child's ``/status`` (the whole subresource) over the child as the view
+        holds it; a child gone meanwhile is skipped."""
         view = memory.view
-        assert view.job is not None
-        message = f"TrainingJob {key.name} failed validation because {exc}"
-        status = status_of(view.job)
-        if status.get("phase") == "Failed":
-            return
-        client = await self._clusters.get(key.cluster)
-        condition = {"type": "Failed", "status": "True", "reason": "TrainingJobFailedValidation",
-                     "message": message, "lastUpdateTime": common.format_time(now), "lastTransitionTime": common.format_time(now)}
-        body = {**view.job, "status": {**(status or {}), "phase": "Failed",
-                                       "conditions": [*((status or {}).get("conditions") or []), condition]}}
-        rt = resources.TRAININGJOBS
-        written = await client.request("PUT", rt.path(key.namespace, key.name, "status"), body=body,
-                                       route=f"{rt.plural}/status")
-        view.replace_job(written)
-        await self.announce(key, memory, statuses.Verdict("TrainingJobFailedValidation", message, "validation"))
+        for write in writes:
+            status = write.status_value()
+            current = view.children.get((write.kind, write.name))
+            if status is None or current is None:
+                continue
+            rt = resources.for_manifest({"apiVersion": write.api_version, "kind": write.kind})
+            written = await client.request("PUT", rt.path(key.namespace, write.name, "status"),
+                                           body={**current, "status": status}, route=f"{rt.plural}/status")
+            view.observe_child(written, deleted=False)
+            versions[(write.kind, write.name)] = _version(written)
 
     async def _warn(
-        self, client: clients.KubeClient, memory: memories.KeyMemory, job: jobs.Job, warnings: list[statuses.Event],
+        self, client: clients.KubeClient, memory: memories.KeyMemory, job: recording.Regarding,
+        warnings: list[statuses.Event],
         now: dt.datetime,
     ) -> None:
         """Record the decision's Warning Events, each once per job and process: a
@@ -342,7 +305,7 @@ class Applier:
 
     async def _create_all(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
-        manifests: list[dict[str, Any]], job: jobs.Job | None = None,
+        manifests: list[dict[str, Any]], job: recording.Regarding | None = None,
     ) -> None:
         """Decide, then act: every ``child_created`` decision is published first
         (write-ahead), with an id fixed by (job uid, child), so a worker that dies
@@ -387,7 +350,7 @@ class Applier:
 
     async def _create(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
-        rt: resources.ResourceType, manifest: dict[str, Any], job: jobs.Job | None,
+        rt: resources.ResourceType, manifest: dict[str, Any], job: recording.Regarding | None,
     ) -> statuses.Event | None:
         """Create one child; the Event upstream records for it (None: none, or it existed)."""
         view = memory.view
@@ -413,9 +376,15 @@ class Applier:
 
     async def _update(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, manifest: dict[str, Any],
+        versions: dict[tuple[str, str], str],
     ) -> None:
+        """Write ``manifest`` over the child, on the resourceVersion it was decided on, or the one
+        an earlier write of this pass to the same child returned."""
         view = memory.view
         rt = resources.for_manifest(manifest)
+        version = versions.get((rt.kind, manifest["metadata"]["name"]))
+        if version:
+            manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": version}}
         try:
             updated = await client.replace(rt, key.namespace, manifest)
         except clients.ApiError as exc:
@@ -428,11 +397,12 @@ class Applier:
         updated.setdefault("apiVersion", rt.api_version)
         updated.setdefault("kind", rt.kind)
         view.observe_child(updated, deleted=False)
+        versions[(rt.kind, manifest["metadata"]["name"])] = _version(updated)
         await self.say(key, memory, "child_updated", child_kind=rt.kind, child_name=manifest["metadata"]["name"])
 
     async def _delete(
-        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, ref: reconciling.ChildRef,
-        job: jobs.Job | None = None,
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, ref: effects.ChildRef,
+        job: recording.Regarding | None = None,
     ) -> None:
         view = memory.view
         rt = resources.for_manifest({"apiVersion": ref.api_version, "kind": ref.kind})
@@ -452,7 +422,7 @@ class Applier:
         await self.say(key, memory, action, child_kind=ref.kind, child_name=ref.name, reason=ref.reason)
 
     async def _count_restarts(
-        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, decision: reconciling.Decision,
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, decision: effects.Effects,
     ) -> bool:
         """Record on the job how many failed pods were deleted for restart, and which
         of them are still there, before deleting them; backoffLimit is checked against
@@ -484,27 +454,35 @@ class Applier:
             if exc.not_found:
                 return False
             raise
-        patched.setdefault("apiVersion", jobs.API_VERSION)
+        patched.setdefault("apiVersion", resources.JOB_TYPES[key.kind].api_version)
         patched.setdefault("kind", key.kind)
         view.replace_job(patched)
         return True
 
     async def _delete_job(
-        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, job: jobs.Job,
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
+        job: recording.Regarding | None,
     ) -> None:
         view = memory.view
         uid = ((view.job or {}).get("metadata") or {}).get("uid")
         try:
             await client.delete(resources.JOB_TYPES[key.kind], key.namespace, key.name, uid=uid)
         except clients.ApiError as exc:
-            if not (exc.not_found or exc.conflict):
+            if not (exc.not_found or exc.conflict) and job is not None:
                 await self._events.record(client, job, [statuses.Event(
                     "Warning", "FailedDeleteJob" if key.kind in child_events.TTL_JOB_REASON_KINDS else "FailedDeletePod",
                     f"Error deleting: {exc.message or exc}")], _now())
+            if not (exc.not_found or exc.conflict):
                 raise
         else:
-            await self._events.record(client, job, [child_events.ttl_deleted(key.kind, key.name)], _now())
+            if job is not None:
+                await self._events.record(client, job, [child_events.ttl_deleted(key.kind, key.name)], _now())
         await self.say(
             key, memory, "job_deleted_ttl", reason="TTLExpired",
             message=f"Deleted job: {key.name}",
         )
+
+
+def _version(written: dict[str, Any]) -> str:
+    """The resourceVersion an API write answered with."""
+    return str((written.get("metadata") or {}).get("resourceVersion") or "")

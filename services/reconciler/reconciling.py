@@ -14,22 +14,15 @@ the applier (:mod:`services.reconciler.applying`) and arms a timer for deadlines
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
 
 from shared import keygen, metrics
-from shared.api import elastic, jobs, mpijobs
 from shared.bus import producing, records
-from shared.core import families, kubeflow_v1, reconciling, statuses, views
-from shared.core.elastic import family as et_family
-from shared.core.elastic import reconciling as et
-from shared.core.mpi_v2 import family as mpi_v2_family
-from shared.core.mpi_v2 import reconciling as mpi_v2
+from shared.core import effects, families, statuses, views
 from shared.kube import clients, connecting, hydrating, resources
 from services.reconciler import applying, memories
 from services.reconciler.settings import ReconcilerSettings
@@ -49,8 +42,6 @@ CONFLICT_RETRY_AFTER = 0.5
 RECONCILED_KINDS = families.REGISTRY.kinds
 """Job kinds of the keys this worker reconciles: every family's."""
 
-run_in_launcher = applying.run_in_launcher
-"""Run one command of a TrainingJob's decision in its launcher (see :func:`applying.run_in_launcher`)."""
 
 
 def _now() -> dt.datetime:
@@ -78,12 +69,6 @@ class Reconciler:
             else resources.VOLCANO_PODGROUPS if operator.volcano else resources.PLUGINS_PODGROUPS
         )
         """The PodGroup kind hydrated in gang mode."""
-        self._deciders: dict[str, Callable[[records.JobKey, memories.KeyMemory], _Pass]] = {
-            kubeflow_v1.FAMILY.name: self._decide_v1,
-            mpi_v2_family.FAMILY.name: self._decide_mpi_v2,
-            et_family.FAMILY.name: self._decide_training_job,
-        }
-        """Family → how this worker decides a pass of its jobs (and has it applied)."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the reconciler reads: every
@@ -250,7 +235,7 @@ class Reconciler:
         again; the second decision is the one carried out (docs/security.md)."""
         view = memory.view
         planned = self._decide_pass(key, memory)
-        if planned.acts and not view.read_back:
+        if _acts(planned) and not view.read_back:
             await self._hydrate(key, memory)
             if view.job is None:
                 self._confirmed(key, overruled=True)
@@ -258,8 +243,8 @@ class Reconciler:
                 self._memories.forget(str(key))
                 return
             planned = self._decide_pass(key, memory)
-            self._confirmed(key, overruled=not planned.acts)
-        await planned.apply()
+            self._confirmed(key, overruled=not _acts(planned))
+        await self._applier.apply(key, memory, planned)
 
     def _confirmed(self, key: records.JobKey, overruled: bool) -> None:
         if overruled:
@@ -267,75 +252,17 @@ class Reconciler:
         if self._metrics is not None:
             self._metrics.confirmed("reconciler", overruled)
 
-    def _decide_pass(self, key: records.JobKey, memory: memories.KeyMemory) -> _Pass:
-        """The pass the view calls for, by the job's family: whether it acts, and how to carry it out."""
-        assert memory.view.job is not None
-        family = families.REGISTRY.resolve(key.kind, memory.view.job)
+    def _decide_pass(self, key: records.JobKey, memory: memories.KeyMemory) -> applying.Decided:
+        """The pass the view calls for, decided by the job's family."""
+        document = memory.view.job
+        assert document is not None
+        family = families.REGISTRY.resolve(key.kind, document)
         assert family is not None  # handle takes only keys of the registry's kinds
-        return self._deciders[family.name](key, memory)
-
-    def _failed_validation(self, key: records.JobKey, memory: memories.KeyMemory, exc: Exception) -> _Pass:
-        """Nothing is ever created for a job that does not load, and the status worker reaches the
-        same verdict from the job alone: the record is for the audit trail only (no act)."""
-        return _Pass(False, lambda: self._applier.announce(key, memory, statuses.Verdict(
-            f"{key.kind}FailedValidation", f"{key.kind} {key.name} failed validation because {exc}", "validation",
-        )))
-
-    def _decide_v1(self, key: records.JobKey, memory: memories.KeyMemory) -> _Pass:
-        view = memory.view
-        assert view.job is not None
-        try:
-            job = jobs.load(view.job)
-        except jobs.LoadError as exc:
-            return self._failed_validation(key, memory, exc)
-        previous = memory.decided_on
-        old = kubeflow_v1.previous_version(previous, view.job)
         now = _now()
         seen = self._seen(memory, now)
-        decision = reconciling.decide(job, seen.children, now, self._settings.operator, old)
-        return _Pass(kubeflow_v1.acts(decision), lambda: self._applier.apply_v1(
-            key, memory, job, decision, seen, now, previous if old is not None else None))
-
-    def _decide_mpi_v2(self, key: records.JobKey, memory: memories.KeyMemory) -> _Pass:
-        """An MPIJob written in kubeflow.org/v2beta1: mpi-operator's sync (spec Part A),
-        decided by :func:`shared.core.mpi_v2.reconciling.decide`. This worker applies its
-        children (creates, the launcher Job's status and updates, deletes); the status
-        worker writes the job's status and Events from the same decision."""
-        assert memory.view.job is not None
-        try:
-            job = mpi_v2_family.load(memory.view.job)
-        except mpijobs.LoadError as exc:
-            return self._failed_validation(key, memory, exc)
-        now = _now()
-        seen = self._seen(memory, now)
-        decision = mpi_v2.decide(job, seen.children, now, self._settings.operator, keygen.mpi_key_pair)
-        return _Pass(not decision.empty, lambda: self._applier.apply_mpi_v2(key, memory, decision, seen, now))
-
-    def _decide_training_job(self, key: records.JobKey, memory: memories.KeyMemory) -> _Pass:
-        """An et-operator TrainingJob (spec Part B), decided by
-        :func:`shared.core.elastic.reconciling.decide`. Its status is its state machine
-        (the phase says which provisioning step comes next), so this worker writes it,
-        with its scalers' statuses, after the children; the status worker leaves
-        TrainingJobs alone (docs/architecture.md). Commands the decision asks to run in
-        the launcher (the hostfile rewrite, a scaler's script, the process probe) are run
-        and fed back until it asks for none; every step goes to the topic as a decision record."""
-        view = memory.view
-        assert view.job is not None
-        now = _now()
-        try:
-            job = elastic.load_training_job(view.job)
-        except elastic.LoadError as exc:
-            error = exc
-            return _Pass(applying.status_of(view.job).get("phase") != "Failed",
-                         lambda: self._applier.fail_unloadable_training_job(key, memory, error, now))
-        every = self._seen(memory, now)
-        scalers, children, problems = et_family.split_scalers(every.children)
-        for problem in problems:
-            log.warning("%s: %s", key, problem)
-        decision = et.decide(job, children, scalers, now, key_pair=keygen.training_job_key_pair,
-                             settings=self._settings.elastic, executed=[])
-        return _Pass(bool(decision.execs) or et_family.acts(decision), lambda: self._applier.apply_training_job(
-            key, memory, job, decision, every, scalers, children, now))
+        context = effects.Context(now, (self._settings.operator, self._settings.elastic), keygen.MAKERS,
+                                  previous=memory.decided_on)
+        return applying.Decided(family, document, seen, context, family.decide(document, seen.children, context))
 
     async def _unbound_wait(self, key: records.JobKey, memory: memories.KeyMemory) -> None:
         """Objects waiting for a job that does not exist (scalers naming a TrainingJob not
@@ -349,7 +276,7 @@ class Reconciler:
         for problem in problems:
             log.warning("%s: %s", key, problem)
         for step in waiting:
-            await self._applier.say(key, memory, "elastic_step", child_kind=step.kind, child_name=step.name,
+            await self._applier.say(key, memory, "step", child_kind=step.kind, child_name=step.name,
                                     reason=step.reason, message=step.message,
                                     record_id=records.deterministic_id(str(key), step.uid, step.reason))
 
@@ -381,12 +308,9 @@ class Reconciler:
             self._sweeper.cancel()
 
 
-@dataclasses.dataclass(frozen=True)
-class _Pass:
-    """A reconcile pass decided: whether it acts on the cluster, and how it is carried out."""
-
-    acts: bool
-    apply: Callable[[], Awaitable[None]]
+def _acts(planned: applying.Decided) -> bool:
+    """Whether a decided pass would act on the cluster (a command to run is an act)."""
+    return planned.effects.acts or bool(planned.effects.execs)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

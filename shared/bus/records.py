@@ -60,12 +60,12 @@ DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 COMMAND_MESSAGES: frozenset[tuple[str, str | None]] = frozenset({
     ("launcher_exec", None),  # the message is the command run in the launcher
-    ("elastic_step", "script-run"),  # the message is a scaler's script, its env values exported
+    ("step", "script-run"),  # the message is a scaler's script, its env values exported
 })
 """(action, reason) of Decisions whose message is a command: digested, as :data:`DIGESTED_DETAIL`
 (``None``: whatever the reason)."""
 
-OUTPUT_MESSAGES = frozenset({"elastic_step"})
+OUTPUT_MESSAGES = frozenset({"step"})
 """Actions whose message may embed a command's output (a step that failed says why with the
 launcher's stderr): :func:`scrub_message` ed. Every other Decision's message is :func:`mask` ed."""
 

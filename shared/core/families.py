@@ -3,9 +3,9 @@
 In: a job's kind and, where one kind is served by two families (MPIJob written in
 kubeflow.org/v1 or in v2beta1), the job document; or an object the watcher maps to
 its job. Out: the :class:`Family` that serves it, whose hooks load and validate,
-default, decide, compute the status, summarise a plan for ``kto plan`` and
-``kto replay``, say which objects are its jobs and which service writes their
-status. No service tests for a family itself: a family is one module here
+default, decide (one :class:`~shared.core.effects.Effects` shape for all), compute
+the status, summarise a plan for ``kto plan`` and ``kto replay``, say which objects
+are its jobs and which service writes their status. No service tests for a family itself: a family is one module here
 (``shared/core/kubeflow_v1.py``, ``shared/core/mpi_v2/family.py``,
 ``shared/core/elastic/family.py``) and one line of :data:`REGISTRY`.
 Pure: no I/O, no clock.
@@ -17,7 +17,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from shared.core import basis, plans, preparing, statuses
+from shared.core import basis, effects, plans, preparing, statuses
 from shared.core import kubeflow_v1
 from shared.core import settings as operator_settings
 from shared.core.elastic import family as elastic_family
@@ -63,6 +63,11 @@ class Family(Protocol):
     def job_of(self, obj: Mapping[str, Any]) -> tuple[str, str | None] | None:
         """(job kind, job name or None) for an object keyed by a field of its own (a scaler's
         selector), not by its controller or labels; None for any other object."""
+
+    def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
+        """What a reconcile pass of the job must do now, given every child observed for it
+        (the reconciler carries it out: :mod:`shared.core.effects`). A job that does not
+        load gets effects that say so, never an exception."""
 
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
         """The plan a reconcile pass makes from ``inputs`` (:class:`plans.Unreplayable` if it cannot)."""

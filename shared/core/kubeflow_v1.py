@@ -2,7 +2,7 @@
 and MPIJob (as written in v1), as a :class:`shared.core.families.Family`.
 
 In: a job document of one of the six kinds (an MPIJob written in v1), its observed
-children, the clock. Out: its plan summary (:func:`plan`, :func:`acts`), replayed
+children, the clock. Out: its pass's effects (:meth:`KubeflowV1.decide`), replayed
 (:meth:`KubeflowV1.replan`), its status (through :mod:`shared.core.preparing`) and
 ``kto plan``'s dry run. The family's core is the rest of ``shared.core``: ``planning``,
 ``reconciling``, ``statuses``, ``frameworks`` (one plugin per kind). The status
@@ -17,26 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import jobs, mpijobs
-from shared.core import basis, defaulting, planning, plans, preparing, reconciling, statuses, validating
+from shared.core import basis, conditions, defaulting, effects, planning, plans, preparing, reconciling, statuses, validating
 from shared.core import settings as operator_settings
 
 Manifest = dict[str, Any]
-
-
-def acts(decision: reconciling.Decision) -> bool:
-    """Whether a pass does anything (warnings alone are not an act)."""
-    return not decision.empty or decision.plan_error is not None or decision.restarts is not None
-
-
-def plan(decision: reconciling.Decision) -> dict[str, Any]:
-    """The pass's plan, as the ``reconcile_pass`` record carries it."""
-    return {
-        "creates": plans.named(decision.creates), "updates": plans.named(decision.updates),
-        "deletes": plans.deleted(decision.deletes), "restarts": decision.restarts,
-        "verdict": decision.verdict.reason if decision.verdict is not None else None,
-        "delete_job": decision.delete_job, "plan_error": decision.plan_error,
-        "warnings": [w.reason for w in decision.warnings],
-    }
 
 
 def previous_version(previous: Manifest | None, current: Manifest) -> jobs.Job | None:
@@ -83,7 +67,27 @@ class KubeflowV1:
         except jobs.LoadError as exc:
             raise plans.Unreplayable(f"the {kind} does not load: {exc}") from None
         old = previous_version(inputs.old, inputs.job)
-        return plan(reconciling.decide(job, inputs.children, inputs.now, settings, old))
+        return reconciling.decide(job, inputs.children, inputs.now, settings, old).plan()
+
+    def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
+        """:func:`shared.core.reconciling.decide` on the job as loaded, compared with the version
+        the last pass decided on; a verdict a predecessor recorded on an unfinished job is said
+        again (it may have died before saying it). A job that does not load is announced as
+        failing validation, and nothing is made for it."""
+        try:
+            job = jobs.load(document)
+        except jobs.LoadError as exc:
+            return effects.failed_validation(document, exc)
+        settings = context.settings_of(operator_settings.OperatorSettings)
+        old = previous_version(context.previous, document)
+        decision = reconciling.decide(job, children, context.now, settings, old)
+        decision.regarding, decision.child_events = job, True
+        decision.previous = context.previous if old is not None else None
+        decision.settings = dataclasses.asdict(settings)
+        recorded = statuses.recorded_verdict(job)
+        if decision.verdict is None and recorded is not None and not conditions.is_finished(job.status):
+            decision.announce = recorded
+        return decision
 
     def prepare(self, document: Manifest) -> preparing.Prepared | None:
         return preparing.prepare(document)

@@ -71,10 +71,10 @@ def settings_from(cls: Any, raw: Any) -> Any:
 def summary(plan: Mapping[str, Any]) -> str:
     """One line for ``kto history``: what the pass does."""
     parts = []
-    for field in ("creates", "updates", "status_updates", "deletes", "scalers"):
+    for field in ("creates", "updates", "deletes", "child_writes"):
         if plan.get(field):
             parts.append(f"{field.replace('_', ' ')} {', '.join(plan[field])}")
-    for field in ("verdict", "plan_error", "error"):
+    for field in ("verdict", "error"):
         if plan.get(field):
             parts.append(f"{field.replace('_', ' ')} {plan[field]}")
     if plan.get("restarts") is not None:

@@ -2,7 +2,7 @@
 
 In: the job as stored (un-defaulted, with the failure verdict already reached
 for it in its ``kto.dev/failure`` annotation, if any), every child object
-observed for it, ``now`` and the operator settings. Out: a ``Decision``:
+observed for it, ``now`` and the operator settings. Out: its :class:`~shared.core.effects.Effects`:
 children to create, update and delete, pods to delete for a restart, a new
 failure verdict (to be recorded on the job first), whether to delete the job
 (TTL), and when to look again. Pure and level-triggered: the same inputs always give the
@@ -16,13 +16,12 @@ something else happens; a job that fails validation is marked Failed
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from shared.api import common, jobs
-from shared.core import conditions, defaulting, naming, passes, planning, statuses, validating
+from shared.core import conditions, defaulting, effects, naming, passes, planning, statuses, validating
 from shared.core.settings import OperatorSettings
 
 Manifest = common.Manifest
@@ -31,50 +30,6 @@ UPDATABLE_KINDS = frozenset({"ConfigMap", "Role", "PodGroup", "HorizontalPodAuto
 """Children whose content follows the job (MPI hostfile, Role rules, PodGroup and HPA spec)."""
 
 REPLICA_CHILD_KINDS = frozenset({"Pod", "Service"})
-
-
-@dataclasses.dataclass(frozen=True)
-class ChildRef:
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str | None
-    reason: str
-    """Why: ``scale-down``, ``restart``, ``clean-pod-policy``, ``suspend``, ``failed``, ``finished``."""
-
-    @classmethod
-    def of(cls, manifest: Manifest, reason: str) -> ChildRef:
-        meta = manifest.get("metadata") or {}
-        return cls(
-            str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")), str(meta.get("namespace", "")),
-            str(meta.get("name", "")), meta.get("uid"), reason,
-        )
-
-
-@dataclasses.dataclass
-class Decision:
-    creates: list[Manifest] = dataclasses.field(default_factory=list)
-    updates: list[Manifest] = dataclasses.field(default_factory=list)
-    deletes: list[ChildRef] = dataclasses.field(default_factory=list)
-    verdict: statuses.Verdict | None = None
-    """A failure newly reached: recorded on the job (:data:`statuses.FAILURE_ANNOTATION`)
-    before it is announced and before any delete goes out."""
-    delete_job: bool = False
-    requeue_after: float | None = None
-    """Seconds until the decision may change by time alone (deadline, TTL)."""
-    warnings: list[statuses.Event] = dataclasses.field(default_factory=list)
-    plan_error: str | None = None
-    restarts: int | None = None
-    """When set, the job's :data:`RESTARTS_ANNOTATION` must say this before the
-    ``restart`` deletes go out (a job with a backoffLimit counts them)."""
-    counted: tuple[str, ...] = ()
-    """With :attr:`restarts`: the pods it counts that are still there, for
-    :data:`COUNTED_ANNOTATION` (written with the count, in one write)."""
-
-    @property
-    def empty(self) -> bool:
-        return not (self.creates or self.updates or self.deletes or self.verdict or self.delete_job)
 
 
 def owned_children(job: jobs.Job, children: Sequence[Manifest]) -> list[Manifest]:
@@ -102,14 +57,14 @@ def _name(manifest: Manifest) -> str:
 
 def _delete_pods_and_services(
     pods: Sequence[Manifest], services: Sequence[Manifest], reason: str, only_phases: tuple[str, ...] | None = None
-) -> list[ChildRef]:
+) -> list[effects.ChildRef]:
     """§6.6: each chosen pod and the Service of the same name; objects already terminating are skipped.
 
     The Service goes first: a worker killed between the two deletes leaves a pod,
     which its successor chooses again (with its Service), never a Service whose
     pod is gone, which no rule would choose any more."""
     by_name = {_name(s): s for s in services}
-    refs: list[ChildRef] = []
+    refs: list[effects.ChildRef] = []
     for pod in pods:
         if passes.is_deleting(pod):
             continue
@@ -117,17 +72,17 @@ def _delete_pods_and_services(
             continue
         service = by_name.get(_name(pod))
         if service is not None and not passes.is_deleting(service):
-            refs.append(ChildRef.of(service, reason))
-        refs.append(ChildRef.of(pod, reason))
+            refs.append(effects.ChildRef.of(service, reason))
+        refs.append(effects.ChildRef.of(pod, reason))
     # Level-triggered: a Service whose pod is gone or going (deleted by an earlier
     # pass cut short, by a restart, or by hand) is left over all the same.
     live = {_name(p) for p in pods if not passes.is_deleting(p)}
-    refs += [ChildRef.of(s, reason) for s in services if _name(s) not in live and not passes.is_deleting(s)]
+    refs += [effects.ChildRef.of(s, reason) for s in services if _name(s) not in live and not passes.is_deleting(s)]
     return refs
 
 
-def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reason: str) -> list[ChildRef]:
-    return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not passes.is_deleting(c)]
+def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reason: str) -> list[effects.ChildRef]:
+    return [effects.ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not passes.is_deleting(c)]
 
 
 RESTARTS_ANNOTATION = "kto.dev/replica-restarts"
@@ -202,7 +157,7 @@ def _seconds_between(later: dt.datetime, earlier: dt.datetime) -> float:
     return (later - earlier).total_seconds()
 
 
-def _ttl(job: jobs.Job, now: dt.datetime, decision: Decision) -> None:
+def _ttl(job: jobs.Job, now: dt.datetime, decision: effects.Effects) -> None:
     """§6.12: delete the job ``ttlSecondsAfterFinished`` after its completionTime, or look again then."""
     ttl = job.run_policy.ttl_seconds_after_finished
     status = job.status
@@ -214,7 +169,7 @@ def _ttl(job: jobs.Job, now: dt.datetime, decision: Decision) -> None:
             decision.requeue_after = remaining
 
 
-def _failed(job: jobs.Job, children: Sequence[Manifest], now: dt.datetime, decision: Decision) -> Decision:
+def _failed(job: jobs.Job, children: Sequence[Manifest], now: dt.datetime, decision: effects.Effects) -> effects.Effects:
     """A job with a recorded failure verdict: every pod and Service goes whatever
     cleanPodPolicy says (§6.6, backoff / deadline row; a validation failure the
     same), the PodGroup too, then TTL. The job is not defaulted: it may be invalid."""
@@ -231,7 +186,7 @@ def decide(
     now: dt.datetime,
     settings: OperatorSettings,
     old: jobs.Job | None = None,
-) -> Decision:
+) -> effects.Effects:
     """The reconcile decision for ``job`` given everything observed about it.
 
     A failure verdict already reached for the job is read from the job itself
@@ -239,7 +194,7 @@ def decide(
     conditions say yet, all its pods and Services go (§6.6, the backoff /
     deadline row), on every pass until none is left, so a successor finishes
     what a worker killed mid-cleanup started. A new verdict comes out as
-    ``Decision.verdict``; the caller records it on the job before anything else.
+    ``Effects.verdict``; the caller records it on the job before anything else.
 
     ``old``: the version of the job the previous decision was made on, when the
     job was updated since; the update is validated against it (§3.2 C7
@@ -248,7 +203,7 @@ def decide(
     the namespace) the update is stored: the job fails validation instead —
     also one that handed the job over to another controller, whose pods would
     otherwise be left running unowned."""
-    decision = Decision()
+    decision = effects.Effects()
     if job.metadata.deletion_timestamp is not None:
         return decision
     recorded = statuses.recorded_verdict(job)
@@ -332,17 +287,17 @@ def decide(
                     decision.updates.append(_updated(current, manifest))
     except planning.PlanError as exc:
         decision.creates, decision.updates = [], []
-        decision.plan_error = str(exc)
+        decision.error, decision.error_reason = str(exc), "PlanError"
         return decision
     for child in owned:
         key = (child.get("kind"), _name(child))
         if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not passes.is_deleting(child):
-            decision.deletes.append(ChildRef.of(child, "scale-down"))
+            decision.deletes.append(effects.ChildRef.of(child, "scale-down"))
     restarting: list[str] = []
     for rt in job.specs():
         for pod in statuses.replica_pods(job, pods, rt).values():
             if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
-                decision.deletes.append(ChildRef.of(pod, "restart"))
+                decision.deletes.append(effects.ChildRef.of(pod, "restart"))
                 restarting.append(_pod_id(pod))
     counted = counted_pods(job)
     fresh = [pod for pod in restarting if pod not in counted]

@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from shared.bus import reading, records, replaying
-from shared.core import basis, plans
-from shared.core.elastic import family as elastic_family
-from shared.core.elastic import decisions as et_decisions
+from shared.core import basis, effects, plans
 from shared.core.elastic import reconciling as et_reconciling
 from tests.core.elastic.world import KEYS, World, scaler, training_job
 
@@ -153,9 +151,9 @@ def exec_decision(action: str, reason: str, message: str, **detail: Any) -> reco
 DECISIONS = [
     pytest.param(exec_decision("launcher_exec", "script", f"export PGPASS={PLANTED}  && timeout 30 sh /s.sh w-0:1",
                                ok=False, output="y" * 500 + f"\nPGPASS={PLANTED}\n"), id="launcher-exec"),
-    pytest.param(exec_decision("elastic_step", "script-run", f"export S3_CREDENTIALS={PLANTED}  && sh /s.sh"),
+    pytest.param(exec_decision("step", "script-run", f"export S3_CREDENTIALS={PLANTED}  && sh /s.sh"),
                  id="script-run-step"),
-    pytest.param(exec_decision("elastic_step", "scaler-phase", "ScaleFailed: execute script failed, error: "
+    pytest.param(exec_decision("step", "scaler-phase", "ScaleFailed: execute script failed, error: "
                                + "z" * 2000 + f" token {PLANTED}Q1"), id="step-embedding-an-output"),
     pytest.param(exec_decision("child_create_failed", "", "", script=f"echo {PLANTED}",
                                command=["/bin/sh", "-c", f"echo {PLANTED}"], stdout=f"AUTH_HEADER={PLANTED}",
@@ -207,15 +205,15 @@ def test_a_recorded_command_is_matched_by_its_shape_and_digests_read_as_one() ->
     assert records.forget_digests({"a": [records.digest("x", DIGEST_KEY), "kept"]}) == {"a": [records.REDACTED, "kept"]}
 
 
-def chain(world: World) -> tuple[et_decisions.Decision, list[et_decisions.ExecResult]]:
+def chain(world: World) -> tuple[effects.Effects, list[effects.ExecResult]]:
     """One reconcile pass of the world's job as the reconciler runs it: its commands run and fed back."""
-    executed: list[et_decisions.ExecResult] = []
+    executed: list[effects.ExecResult] = []
     while True:
         decision = et_reconciling.decide(world.job, list(world.children.values()), list(world.scalers), world.now,
                                          key_pair=lambda: KEYS, settings=world.settings, executed=executed)
         if not decision.execs:
             return decision, executed
-        executed += [et_decisions.ExecResult(c, True, "") for c in decision.execs]
+        executed += [effects.ExecResult(c, True, "") for c in decision.execs]
 
 
 @pytest.mark.parametrize("digest_key", [pytest.param(b"", id="no-key"), pytest.param(DIGEST_KEY, id="keyed")])
@@ -234,10 +232,10 @@ def test_replay_agrees_with_a_training_job_pass_whose_script_is_digested_on_the_
         raise AssertionError("the scaler's script never ran")
     every = [*world.children.values(), *(s.dump() for s in world.scalers)]
     the_basis = basis.describe(world.job.dump(), every, world.now, logged=lambda version: False,
-                               settings=dict(vars(world.settings)), executed=[elastic_family.exec_result(r) for r in executed])
+                               settings=dict(vars(world.settings)), executed=[r.dump() for r in executed])
     record = records.Decision(key="c/default/TrainingJob/elastic-training", action=plans.PASS_ACTION,
                               source="reconciler", instance="r",
-                              detail={"plan": elastic_family.plan(decision), "basis": the_basis})
+                              detail={"plan": decision.plan(), "basis": the_basis})
     data = records.encode(record, digest_key)
     assert PLANTED.encode() not in data
     entry = reading.Entry(0, 0, 0, record.key, records.decode(data))

@@ -146,7 +146,7 @@ async def test_a_training_job_scales_2_4_3_with_the_launchers_hostfile_following
     assert job["status"]["currentWorkers"] == [worker(0), worker(1), worker(2)]
 
     # The scaling story, in order, on the job's key.
-    steps = [r for r in await pipeline_records(pipeline) if r.get("action") == "elastic_step"]
+    steps = [r for r in await pipeline_records(pipeline) if r.get("action") == "step"]
     kinds = [s["reason"] for s in steps]
     assert "worker-added" in kinds and "worker-removed" in kinds and "hostfile-rewritten" in kinds
     assert kinds.index("worker-added") < kinds.index("worker-removed")

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from services.reconciler import reconciling
-from shared.core.elastic import decisions as et_decisions
+from services.reconciler import applying
+from shared.core import effects
 from shared.kube import clients, resources
 from sim import cluster as sim_cluster_module
 from sim import settings as sim_settings_module
@@ -179,14 +179,14 @@ async def test_exec_output_past_64_kib_is_dropped_with_a_marker_saying_how_much(
 
 async def test_a_launcher_command_past_the_exec_time_limit_counts_as_failed(tier: Tier) -> None:
     await start_launcher(tier)
-    slow = et_decisions.Exec(tier.namespace, "launcher", "launcher", ("sh", "-c", "sleep 3"), "script")
+    slow = effects.Exec(tier.namespace, "launcher", "launcher", ("sh", "-c", "sleep 3"), "script")
     started = asyncio.get_running_loop().time()
-    result = await reconciling.run_in_launcher(tier.client, slow, timeout=0.5)
+    result = await applying.run_in_launcher(tier.client, slow, timeout=0.5)
     assert asyncio.get_running_loop().time() - started < 2.5, "not waited out"
-    assert result == et_decisions.ExecResult(
+    assert result == effects.ExecResult(
         slow, False, "the script command did not end within the exec time limit of 0.5 s and counts as failed")
-    quick = et_decisions.Exec(tier.namespace, "launcher", "launcher", ("sh", "-c", "echo done"), "probe")
-    assert await reconciling.run_in_launcher(tier.client, quick, timeout=5) == et_decisions.ExecResult(
+    quick = effects.Exec(tier.namespace, "launcher", "launcher", ("sh", "-c", "echo done"), "probe")
+    assert await applying.run_in_launcher(tier.client, quick, timeout=5) == effects.ExecResult(
         quick, True, "done\n")
 
 

@@ -2,7 +2,7 @@
 
 In: a TrainingJob, the children observed for it, its ScaleIns and ScaleOuts,
 the results of commands already run on its launcher, and ``now``. Out: a
-``decisions.Decision``. Modules: ``naming`` (names, labels, B.5),
+``effects.Effects``. Modules: ``naming`` (names, labels, B.5),
 ``defaulting`` and ``validating`` (B.2, kto's own rules), ``planning``
 (children and scripts, B.6, B.9), ``statuses`` (conditions and counts,
 B.3, B.16), ``scaling`` (scalers, B.11–B.14) and ``reconciling``

@@ -3,8 +3,8 @@ ScaleOut, as a :class:`shared.core.families.Family`.
 
 In: a TrainingJob document, its observed children (its scalers among them), the
 clock, and the results of launcher commands a pass ran. Out: the split of scalers
-from other children (:func:`split_scalers`), a pass's plan (:func:`plan`,
-:func:`acts`), replayed with its chain of commands answered from the log, the steps
+from other children (:func:`split_scalers`), a pass's effects
+(:meth:`TrainingJobs.decide`), replayed with its chain of commands answered from the log, the steps
 of scalers waiting for a job not there, and ``kto plan``'s dry run. Its status is
 its state machine (the phase says which provisioning step comes next), so the
 reconciler writes it with the children, in one pass (docs/architecture.md); the
@@ -18,32 +18,14 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from shared.api import elastic
-from shared.core import basis, plans, preparing, statuses
+from shared.api import common, elastic
+from shared.core import basis, effects, plans, preparing, statuses
 from shared.core import settings as operator_settings
 from shared.core.elastic import decisions, defaulting, planning, reconciling, scaling, validating
 from shared.core.elastic.settings import ElasticSettings
 
 Manifest = dict[str, Any]
 SCALER_KINDS = frozenset({elastic.ScaleIn.KIND, elastic.ScaleOut.KIND})
-
-
-def acts(decision: decisions.Decision) -> bool:
-    """Whether a pass writes anything (commands to run are asked for apart: ``execs``)."""
-    return bool(decision.creates or decision.updates or decision.deletes or decision.scalers
-                or decision.status is not None or decision.steps)
-
-
-def plan(decision: decisions.Decision) -> dict[str, Any]:
-    """The pass's plan, as the ``reconcile_pass`` record carries it."""
-    return {
-        "creates": plans.named(decision.creates), "updates": plans.named(decision.updates),
-        "deletes": plans.deleted(decision.deletes),
-        "scalers": [f"{u.kind}/{u.name}" + (":owner" if u.owner_reference is not None else "")
-                    + (f":{u.status.phase}" if u.status is not None else "") for u in decision.scalers],
-        "status": decision.status.dump() if decision.status is not None else None,
-        "steps": [f"{s.kind}:{s.subject}" for s in decision.steps],
-    }
 
 
 def split_scalers(children: Sequence[Manifest]) -> tuple[list[elastic.Scaler], list[Manifest], list[str]]:
@@ -63,32 +45,19 @@ def split_scalers(children: Sequence[Manifest]) -> tuple[list[elastic.Scaler], l
     return scalers, others, problems
 
 
-def exec_result(result: decisions.ExecResult) -> dict[str, Any]:
-    """A command's result as a pass's basis carries it."""
-    command = result.exec
-    return {"namespace": command.namespace, "pod": command.pod, "container": command.container,
-            "command": list(command.command), "purpose": command.purpose, "ok": result.ok, "output": result.output}
-
-
-def _exec_result(raw: Mapping[str, Any]) -> decisions.ExecResult:
-    command = decisions.Exec(str(raw["namespace"]), str(raw["pod"]), str(raw["container"]),
-                             tuple(str(c) for c in raw["command"]), str(raw["purpose"]))
-    return decisions.ExecResult(command, bool(raw["ok"]), str(raw.get("output", "")))
-
-
 def _no_key() -> planning.KeyPair:
     return planning.KeyPair("", "")
 
 
 def _replayed_chain(training_job: elastic.TrainingJob, children: list[Manifest], scalers: list[elastic.Scaler],
-                    inputs: basis.Inputs, same_command: plans.SameCommand) -> decisions.Decision:
+                    inputs: basis.Inputs, same_command: plans.SameCommand) -> effects.Effects:
     """The pass's last decision, its chain of commands answered by the results it recorded, in
     order, as the reconciler runs them (stopping at the first failure): each command asked for
     takes the first unused result of the same pod, container and purpose whose command
     ``same_command`` accepts."""
-    recorded = [_exec_result(r) for r in inputs.extra.get("executed") or []]
+    recorded = [effects.ExecResult.load(r) for r in inputs.extra.get("executed") or []]
     settings = plans.settings_from(ElasticSettings, inputs.extra.get("settings"))
-    executed: list[decisions.ExecResult] = []
+    executed: list[effects.ExecResult] = []
     while True:
         decision = reconciling.decide(training_job, children, scalers, inputs.now, key_pair=_no_key,
                                       settings=settings, executed=executed)
@@ -100,12 +69,29 @@ def _replayed_chain(training_job: elastic.TrainingJob, children: list[Manifest],
             if found is None:
                 break
             recorded.remove(found)
-            executed.append(decisions.ExecResult(command, found.ok, found.output))
+            executed.append(effects.ExecResult(command, found.ok, found.output))
             answered = True
             if not found.ok:
                 break
         if not answered:
             return decision
+
+
+def _unloadable(document: Manifest, problem: elastic.LoadError, now: dt.datetime) -> effects.Effects:
+    """A TrainingJob that does not load: its status Failed (reason
+    ``TrainingJobFailedValidation``) and said, unless it already says Failed."""
+    raw = document.get("status")
+    status: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if status.get("phase") == "Failed":
+        return effects.Effects()
+    decision = effects.failed_validation(document, problem)
+    assert decision.announce is not None
+    when = common.format_time(now)
+    condition = {"type": "Failed", "status": "True", "reason": decision.announce.reason,
+                 "message": decision.announce.message, "lastUpdateTime": when, "lastTransitionTime": when}
+    decision.status = effects.RawStatus({**status, "phase": "Failed",
+                                         "conditions": [*(status.get("conditions") or []), condition]})
+    return decision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +126,23 @@ class TrainingJobs:
         except elastic.LoadError as exc:
             raise plans.Unreplayable(f"the TrainingJob does not load: {exc}") from None
         scalers, children, _ = split_scalers(inputs.children)
-        return plan(_replayed_chain(training_job, children, scalers, inputs, same_command))
+        return _replayed_chain(training_job, children, scalers, inputs, same_command).plan()
+
+    def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
+        """et-operator's reconcile of the job, its scalers split from its other children (those
+        that do not load are left out, named in ``problems``). A job whose fields do not load
+        (a wrongly typed field) is Failed, naming the field paths, once; nothing is made for it."""
+        try:
+            job = elastic.load_training_job(document)
+        except elastic.LoadError as exc:
+            return _unloadable(document, exc, context.now)
+        scalers, others, problems = split_scalers(children)
+        settings = context.settings_of(ElasticSettings)
+        decision = reconciling.decide(job, others, scalers, context.now, key_pair=context.key_pair(planning.KeyPair),
+                                      settings=settings, executed=context.executed)
+        decision.regarding, decision.problems = job, problems
+        decision.settings = dataclasses.asdict(settings)
+        return decision
 
     def prepare(self, document: Manifest) -> preparing.Prepared | None:
         return None

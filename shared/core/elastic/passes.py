@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from shared.api import common, elastic
+from shared.core import effects
 from shared.core import passes as core_passes
 from shared.core.elastic import decisions, naming, planning
 from shared.core.elastic.settings import ElasticSettings
-from shared.core.reconciling import ChildRef
 
 Manifest = common.Manifest
 
@@ -27,7 +27,7 @@ Manifest = common.Manifest
 class NeedExec(Exception):
     """A launcher command must run before the pass can go on; ``decide`` answers with it."""
 
-    def __init__(self, command: decisions.Exec) -> None:
+    def __init__(self, command: effects.Exec) -> None:
         super().__init__(command.script)
         self.command = command
 
@@ -52,9 +52,9 @@ class Pass:
     """The observed ScaleIns and ScaleOuts of the job's namespace naming this job."""
     now: dt.datetime
     settings: ElasticSettings
-    executed: Sequence[decisions.ExecResult]
+    executed: Sequence[effects.ExecResult]
     key_pair: Callable[[], planning.KeyPair]
-    decision: decisions.Decision = dataclasses.field(default_factory=decisions.Decision)
+    decision: effects.Effects = dataclasses.field(default_factory=effects.Effects)
 
     # -- children ----------------------------------------------------------
 
@@ -122,16 +122,16 @@ class Pass:
         wanted = None if names is None else set(names)
         for service in self.worker_services():
             if (wanted is None or name_of(service) in wanted) and not core_passes.is_deleting(service):
-                self.decision.deletes.append(ChildRef.of(service, reason))
+                self.decision.deletes.append(effects.ChildRef.of(service, reason))
         for pod in self.workers():
             if (wanted is None or name_of(pod) in wanted) and not core_passes.is_deleting(pod):
-                self.decision.deletes.append(ChildRef.of(pod, reason))
+                self.decision.deletes.append(effects.ChildRef.of(pod, reason))
                 self.decision.step(decisions.STEP_WORKER_REMOVED, name_of(pod), detail)
 
     def delete_launcher(self, reason: str) -> None:
         launcher = self.launcher()
         if launcher is not None and not core_passes.is_deleting(launcher):
-            self.decision.deletes.append(ChildRef.of(launcher, reason))
+            self.decision.deletes.append(effects.ChildRef.of(launcher, reason))
 
     def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self.decision.events.append(core_passes.Event(type_, reason, message))
@@ -143,7 +143,7 @@ class Pass:
 
     # -- the launcher --------------------------------------------------------
 
-    def run(self, purpose: str, script: str) -> decisions.ExecResult | None:
+    def run(self, purpose: str, script: str) -> effects.ExecResult | None:
         """The result of running ``script`` in the launcher's first container. None when
         there is no launcher pod (upstream skips the command silently). Raises ``NeedExec``
         when it has not been run yet in this chain."""
@@ -151,7 +151,7 @@ class Pass:
         if launcher is None:
             return None
         containers = (launcher.get("spec") or {}).get("containers") or [{}]
-        command = decisions.Exec(
+        command = effects.Exec(
             self.job.namespace, name_of(launcher), str(containers[0].get("name", "")),
             ("/bin/sh", "-c", script), purpose)
         for result in self.executed:

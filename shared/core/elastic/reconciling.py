@@ -3,7 +3,7 @@
 In: the TrainingJob as stored, every child observed for it, the ScaleIns and
 ScaleOuts of its namespace, the results of launcher commands already run for
 this decision, ``now``, the settings, and where a fresh SSH key pair comes
-from. Out: a ``decisions.Decision`` (see that module for how to apply it).
+from. Out: a ``effects.Effects`` (see that module for how to apply it).
 
 Pure and level-triggered: everything is recomputed from the observed state,
 so a repeated or interrupted pass resumes where the cluster is. The phase in
@@ -39,6 +39,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 
 from shared.api import common, elastic
+from shared.core import effects
 from shared.core import passes as core_passes
 from shared.core.elastic import decisions, defaulting, naming, planning, scaling, statuses, validating
 from shared.core.elastic.passes import NeedExec, Pass, name_of
@@ -55,8 +56,8 @@ def decide(
     *,
     key_pair: Callable[[], planning.KeyPair],
     settings: ElasticSettings = ElasticSettings(),
-    executed: Sequence[decisions.ExecResult] = (),
-) -> decisions.Decision:
+    executed: Sequence[effects.ExecResult] = (),
+) -> effects.Effects:
     """The decision for ``job`` given everything observed about it.
 
     ``children``: pods, Services, ConfigMaps, Secrets, ServiceAccounts, Roles and
@@ -67,7 +68,7 @@ def decide(
     SSH Secret must be created. ``executed``: results of the commands earlier answers
     of this chain asked for (``Decision.execs``)."""
     if job.metadata.deletion_timestamp is not None:
-        return decisions.Decision()
+        return effects.Effects()
     job = defaulting.set_defaults(job)
     status = job.status.model_copy(deep=True) if job.status is not None else elastic.TrainingJobStatus()
     p = Pass(
@@ -88,7 +89,7 @@ def decide(
             _invalid(p, report)
         _follow_role(p)
     except NeedExec as need:
-        return decisions.Decision(execs=[need.command])
+        return effects.Effects(execs=[need.command])
     if statuses.differs(job.status, p.status):
         p.decision.status = p.status
     return p.decision

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 
 from shared.api import elastic
+from shared.core import effects
 from shared.core import passes as core_passes
 from shared.core.elastic import decisions, naming, planning, statuses, validating
 from shared.core.elastic.passes import Pass, labels_of, name_of
@@ -42,9 +43,9 @@ def _status_copy(scaler: elastic.Scaler) -> ScalerStatus:
     return scaler.status.model_copy(deep=True) if scaler.status else elastic.ScaleOutStatus()
 
 
-def _write(decision: decisions.Decision, scaler: elastic.Scaler, status: ScalerStatus) -> None:
+def _write(decision: effects.Effects, scaler: elastic.Scaler, status: ScalerStatus) -> None:
     if statuses.differs(scaler.status, status):
-        decision.scaler(scaler).status = status
+        decision.child(elastic.API_VERSION, scaler.KIND, scaler.namespace, scaler.name).status = status
 
 
 def is_deleting(scaler: elastic.Scaler) -> bool:
@@ -60,7 +61,7 @@ def is_bound(scaler: elastic.Scaler) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def bind_into(decision: decisions.Decision, scaler: elastic.Scaler, job: elastic.TrainingJob | None,
+def bind_into(decision: effects.Effects, scaler: elastic.Scaler, job: elastic.TrainingJob | None,
               now: dt.datetime) -> bool:
     """Bind an unfinished scaler without ownerReferences to its TrainingJob: controller
     ownerReference and condition ``Created``; True when it does. Without the job it stays
@@ -77,17 +78,17 @@ def bind_into(decision: decisions.Decision, scaler: elastic.Scaler, job: elastic
     statuses.set_condition(status, statuses.CREATED, "",
                            f"Scaling job {scaler.full_name} created, match the training job {job.namespace}/{job.name}",
                            now)
-    update = decision.scaler(scaler)
+    update = decision.child(elastic.API_VERSION, scaler.KIND, scaler.namespace, scaler.name)
     update.owner_reference = naming.owner_reference(job)
     update.status = status
     decision.step(decisions.STEP_SCALER_BOUND, scaler.full_name, f"bound to TrainingJob {job.namespace}/{job.name}")
     return True
 
 
-def bind(scaler: elastic.Scaler, job: elastic.TrainingJob | None, now: dt.datetime) -> decisions.Decision:
+def bind(scaler: elastic.Scaler, job: elastic.TrainingJob | None, now: dt.datetime) -> effects.Effects:
     """The decision for a scaler seen on its own (its job looked up by ``spec.selector.name``
     in the scaler's namespace; None when there is none)."""
-    decision = decisions.Decision()
+    decision = effects.Effects()
     bind_into(decision, scaler, job, now)
     return decision
 

@@ -2,7 +2,7 @@
 :class:`shared.core.families.Family`.
 
 In: an MPIJob document written in v2beta1 (whichever version it is read in), its
-observed children, the clock. Out: its plan summary (:func:`plan`), replayed, its
+observed children, the clock. Out: its pass's effects (:meth:`MPIJobV2.decide`), replayed, its
 status and Events (from the same pure ``decide`` the reconciler applies children
 from), and ``kto plan``'s dry run. The status service writes its status. No I/O,
 no clock.
@@ -16,20 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import common, mpijobs
-from shared.core import basis, plans, preparing, statuses
+from shared.core import basis, effects, plans, preparing, statuses
 from shared.core import settings as operator_settings
 from shared.core.mpi_v2 import defaulting, reconciling, sshkeys, validating
 
 Manifest = dict[str, Any]
-
-
-def plan(decision: reconciling.Decision) -> dict[str, Any]:
-    """The pass's plan, as the ``reconcile_pass`` record carries it."""
-    return {
-        "creates": plans.named(decision.creates), "status_updates": plans.named(decision.status_updates),
-        "updates": plans.named(decision.updates), "deletes": plans.deleted(decision.deletes),
-        "error": decision.error, "steps": list(decision.steps),
-    }
 
 
 def load(document: Mapping[str, Any]) -> mpijobs.MPIJob:
@@ -46,7 +37,7 @@ def job_status(job: mpijobs.MPIJob, children: Sequence[Manifest], now: dt.dateti
     reconciler applies children from (the SSH key and the operator settings play no
     part in the status)."""
     decision = reconciling.decide(job, list(children), now, operator_settings.OperatorSettings(), _no_key)
-    status = decision.status if decision.status is not None else job.status or common.JobStatus()
+    status = decision.status if isinstance(decision.status, common.JobStatus) else job.status or common.JobStatus()
     return statuses.Outcome(status, decision.events)
 
 
@@ -75,10 +66,24 @@ class MPIJobV2:
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
         settings = plans.settings_from(operator_settings.OperatorSettings, inputs.extra.get("settings"))
         try:
-            job = load(inputs.job)
+            load(inputs.job)
         except mpijobs.LoadError as exc:
             raise plans.Unreplayable(f"the MPIJob does not load: {exc}") from None
-        return plan(reconciling.decide(job, inputs.children, inputs.now, settings, _no_key))
+        context = effects.Context(inputs.now, (settings,), {sshkeys.KeyPair: _no_key})
+        return self.decide(inputs.job, inputs.children, context).plan()
+
+    def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
+        """mpi-operator's sync of the job read as v2beta1 (its status and Events are the status
+        service's to write); a job that does not load is announced as failing validation."""
+        try:
+            job = load(document)
+        except mpijobs.LoadError as exc:
+            return effects.failed_validation(document, exc)
+        settings = context.settings_of(operator_settings.OperatorSettings)
+        decision = reconciling.decide(job, children, context.now, settings, context.key_pair(sshkeys.KeyPair))
+        decision.regarding, decision.settings = job, dataclasses.asdict(settings)
+        decision.status, decision.events = None, []  # the status service's, from its own sync
+        return decision
 
     def prepare(self, document: Manifest) -> preparing.Prepared | None:
         return None  # the status comes from the sync's decision, made afresh

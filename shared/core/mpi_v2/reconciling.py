@@ -6,7 +6,8 @@ Service ``<job>``, ConfigMap ``<job>-config``, Secret ``<job>-ssh``, Job
 labelled ``training.kubeflow.org/job-name=<job>`` (workers, and the launcher
 Job's pods) — ``now``, the operator settings, a source of SSH key pairs
 (called only when a Secret must be made) and the values of PriorityClasses
-the templates name (gang scheduling only). Out: a :class:`Decision`.
+the templates name (gang scheduling only). Out: its :class:`~shared.core.effects.Effects`
+(``steps`` say the sync in words, in upstream's order of work; ``error`` where it stopped).
 
 Level-triggered: the same inputs give the same decision, so a repeated
 record or a restarted worker changes nothing. The clock and the key source
@@ -30,67 +31,15 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 
 from shared.api import common, mpijobs
-from shared.core import conditions, naming, passes, reconciling, settings
+from shared.core import conditions, effects, naming, passes, settings
 from shared.core.mpi_v2 import defaulting, planning, scheduling, sshkeys, statuses, validating
 
 Manifest = common.Manifest
 Event = passes.Event
-ChildRef = reconciling.ChildRef
 
 RESOURCE_EXISTS_REASON = "ErrResourceExists"
 RESTART_POLICY_REASON = "SetPodTemplateRestartPolicy"
 RESTART_POLICY_MESSAGE = "Restart policy in pod template overridden by restart policy in replica spec"
-
-
-@dataclasses.dataclass
-class Decision:
-    """What one sync must do, applied in this order: ``creates``, ``status_updates``,
-    ``updates``, ``deletes``, then the job's ``status``; ``events`` are recorded on the job.
-
-    ``steps`` says it in words, in upstream's order of work. A create that meets
-    409 AlreadyExists is done. When ``error`` is set the sync stopped there
-    (as upstream returns an error): what comes before it is still to be applied,
-    no status is written, and the job is looked at again with back-off."""
-
-    creates: list[Manifest] = dataclasses.field(default_factory=list)
-    status_updates: list[Manifest] = dataclasses.field(default_factory=list)
-    """Writes to a child's ``/status`` subresource (the launcher Job's startTime cleared on
-    resume). An entry of ``updates`` for the same object must then be sent with the
-    resourceVersion this write returned."""
-    updates: list[Manifest] = dataclasses.field(default_factory=list)
-    deletes: list[ChildRef] = dataclasses.field(default_factory=list)
-    status: common.JobStatus | None = None
-    """The MPIJob's new status; None when it is unchanged (no write)."""
-    events: list[Event] = dataclasses.field(default_factory=list)
-    error: str | None = None
-    steps: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.creates or self.status_updates or self.updates or self.deletes or self.status is not None)
-
-    def _say(self, verb: str, manifest: Manifest, why: str) -> None:
-        meta = manifest.get("metadata") or {}
-        self.steps.append(f"{verb} {manifest.get('kind')} {meta.get('namespace')}/{meta.get('name')}: {why}")
-
-    def create(self, manifest: Manifest, why: str) -> None:
-        self.creates.append(manifest)
-        self._say("create", manifest, why)
-
-    def update(self, manifest: Manifest, why: str) -> None:
-        self.updates.append(manifest)
-        self._say("update", manifest, why)
-
-    def delete(self, manifest: Manifest, reason: str, why: str) -> None:
-        self.deletes.append(ChildRef.of(manifest, reason))
-        self._say("delete", manifest, why)
-
-    def fail(self, message: str, event: Event | None = None) -> Decision:
-        if event is not None:
-            self.events.append(event)
-        self.error = message
-        self.steps.append(f"stop: {message}")
-        return self
 
 
 @dataclasses.dataclass
@@ -106,6 +55,11 @@ class Observed:
     """Every observed pod of the job's namespace, by name."""
     launcher_pods: list[Manifest] = dataclasses.field(default_factory=list)
     """Pods the launcher Job controls."""
+
+
+def _subject(job: mpijobs.MPIJob) -> str:
+    """How a step names the job: ``MPIJob namespace/name``."""
+    return f"{mpijobs.KIND} {job.namespace}/{job.name}"
 
 
 def _name(manifest: Manifest) -> str:
@@ -161,9 +115,9 @@ def creation_failed(child: Manifest, error: str) -> Event:
     return Event("Warning", statuses.FAILED_REASON, f"{what} created failed: {error}")
 
 
-def _foreign(decision: Decision, child: Manifest) -> Decision:
+def _foreign(decision: effects.Effects, child: Manifest) -> effects.Effects:
     event = resource_exists(child)
-    return decision.fail(event.message, event)
+    return decision.stop(effects.subject_of(child), event.message, event)
 
 
 def worker_index(job: mpijobs.MPIJob, pod: Manifest) -> int | None:
@@ -174,7 +128,7 @@ def worker_index(job: mpijobs.MPIJob, pod: Manifest) -> int | None:
     return int(digits) if name.startswith(prefix) and digits.isdigit() and str(int(digits)) == digits else None
 
 
-def _get_or_create(decision: Decision, job: mpijobs.MPIJob, current: Manifest | None,
+def _get_or_create(decision: effects.Effects, job: mpijobs.MPIJob, current: Manifest | None,
                    desired: Callable[[], Manifest], update: Callable[[Manifest], Manifest | None]) -> bool:
     """Create the ``desired`` child when missing; stop on a foreign one; else update it when
     ``update`` returns a changed copy."""
@@ -206,7 +160,7 @@ def _regenerated(job: mpijobs.MPIJob, current: Manifest,
     return {**current, "data": planning.desired_secret(job, new_ssh_key())["data"]}
 
 
-def _reconcile_workers(decision: Decision, job: mpijobs.MPIJob, found: Observed,
+def _reconcile_workers(decision: effects.Effects, job: mpijobs.MPIJob, found: Observed,
                        operator: settings.OperatorSettings) -> list[Manifest] | None:
     """A.8.4 / A.14: scale down above ``replicas``, create missing indices. The worker list of
     this sync in index order, or None after a foreign pod stopped the sync."""
@@ -234,7 +188,7 @@ def _reconcile_workers(decision: Decision, job: mpijobs.MPIJob, found: Observed,
     return workers
 
 
-def _clean_up_workers(decision: Decision, job: mpijobs.MPIJob, found: Observed,
+def _clean_up_workers(decision: effects.Effects, job: mpijobs.MPIJob, found: Observed,
                       operator: settings.OperatorSettings, reason: str) -> bool:
     """A.15: delete worker indices ``0..replicas-1`` (under ``Running`` only Running and
     Pending ones) and the PodGroup. False after a foreign object stopped the sync."""
@@ -266,33 +220,33 @@ def _ready(pod: Manifest) -> bool:
     )
 
 
-def _restart_policy_warning(job: mpijobs.MPIJob, decision: Decision) -> None:
+def _restart_policy_warning(job: mpijobs.MPIJob, decision: effects.Effects) -> None:
     if planning.launcher_template_sets_restart_policy(job):
         decision.events.append(Event("Warning", RESTART_POLICY_REASON, RESTART_POLICY_MESSAGE))
 
 
-def _write_status(decision: Decision, job: mpijobs.MPIJob, status: common.JobStatus) -> Decision:
+def _write_status(decision: effects.Effects, job: mpijobs.MPIJob, status: common.JobStatus) -> effects.Effects:
     old = job.status.dump() if job.status is not None else {}
     if old != status.dump():
         decision.status = status
-        decision.steps.append("write status")
     return decision
 
 
-def _sync_launcher_suspension(decision: Decision, job: mpijobs.MPIJob, launcher: Manifest,
+def _sync_launcher_suspension(decision: effects.Effects, job: mpijobs.MPIJob, launcher: Manifest,
                               workers: list[Manifest], operator: settings.OperatorSettings) -> None:
     """A.7 step 10: align the launcher Job's ``suspend`` with the MPIJob's."""
     launcher_suspended = bool((launcher.get("spec") or {}).get("suspend"))
     if not job.suspended and launcher_suspended:
         if job.spec.launcher_creation_policy != mpijobs.AT_STARTUP and not all(_ready(w) for w in workers):
-            decision.steps.append("wait: the launcher stays suspended until every worker is Ready")
+            decision.step("wait", _subject(job), "the launcher stays suspended until every worker is Ready")
             return
         current = launcher
         if (launcher.get("status") or {}).get("startTime"):
             # A Job's template is immutable once it has a startTime: clear it first.
             current = {**launcher, "status": {k: v for k, v in launcher["status"].items() if k != "startTime"}}
-            decision.status_updates.append(current)
-            decision._say("clear status.startTime of", current, "resume")
+            write = decision.child(str(launcher.get("apiVersion")), str(launcher.get("kind")), job.namespace, _name(launcher))
+            write.status, write.before_update = current["status"], True
+            decision.step("clear status.startTime of", effects.subject_of(launcher), "resume")
         _restart_policy_warning(job, decision)
         decision.update(planning.resumed_launcher(job, current, operator), "resume")
     elif job.suspended and not launcher_suspended:
@@ -307,25 +261,25 @@ def decide(
     operator: settings.OperatorSettings,
     new_ssh_key: Callable[[], sshkeys.KeyPair],
     priorities: Mapping[str, int] | None = None,
-) -> Decision:
+) -> effects.Effects:
     """The decision of one sync of ``job`` (A.7), given everything observed for it.
 
     ``new_ssh_key`` is called only when the Secret must be created or regenerated
     (the service layer passes ``shared.keygen.mpi_key_pair``).
     ``priorities``: PriorityClass name → value, for the PodGroup's minResources."""
-    decision = Decision()
+    decision = effects.Effects()
     job = defaulting.set_defaults(job)
     managed_by = job.run_policy.managed_by
     if managed_by is not None and managed_by != mpijobs.MANAGED_BY_MPI_OPERATOR:
-        decision.steps.append(f"skip: managed by {managed_by}")
+        decision.step("skip", _subject(job), f"managed by {managed_by}")
         return decision
     if job.metadata.deletion_timestamp is not None:
-        decision.steps.append("skip: being deleted")
+        decision.step("skip", _subject(job), "being deleted")
         return decision
     report = validating.validate(job)
     if not report.ok:
         decision.events.append(validating.event(report))
-        decision.steps.append("stop: invalid (not retried until the job changes)")
+        decision.step("stop", _subject(job), "invalid (not retried until the job changes)")
         return decision
     found = observe(job, children)
     status = (job.status or common.JobStatus()).model_copy(deep=True)
@@ -337,7 +291,7 @@ def decide(
                 return decision
             status.replica_statuses = {**(status.replica_statuses or {}), mpijobs.WORKER: common.ReplicaStatus()}
             return _write_status(decision, job, status)
-        decision.steps.append("stop: finished")
+        decision.step("stop", _subject(job), "finished")
         return decision
 
     if status.start_time is None and not job.suspended:
@@ -374,7 +328,7 @@ def decide(
                 _restart_policy_warning(job, decision)
                 decision.create(launcher, "missing launcher")
             else:
-                decision.steps.append("wait: the launcher is created once every worker is Ready")
+                decision.step("wait", _subject(job), "the launcher is created once every worker is Ready")
 
     if found.launcher is not None:
         _sync_launcher_suspension(decision, job, found.launcher, workers, operator)

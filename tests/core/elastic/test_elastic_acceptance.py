@@ -263,7 +263,7 @@ def c53_the_suspend_annotation_deletes_launcher_and_workers(w: World) -> None:
 def c54_a_scaler_for_no_job_stays_unbound(w: World) -> None:
     lonely = scaler("ScaleIn", "si", job="nobody", toDelete={"count": 1})
     decision = scaling.bind(lonely, None, T0)
-    assert decision.scalers == [] and decision.status is None
+    assert decision.child_writes == [] and decision.status is None
     assert [str(s) for s in decision.steps] == [
         "scaler-waiting ScaleIn:default/si: TrainingJob default/nobody not found; "
         "the scaler stays unbound until it exists"]

@@ -141,7 +141,7 @@ def test_a_scaler_for_a_missing_job_waits_and_says_so(world: World) -> None:
     world.start()
     world.add(scaler("ScaleIn", "elsewhere", job="other-job", toDelete={"count": 1}))
     decision = world.decide()
-    assert decision.scalers == [], "a scaler naming another job is not this job's business"
+    assert decision.child_writes == [], "a scaler naming another job is not this job's business"
     from shared.core.elastic import scaling
     waiting = scaling.bind(world.get("elsewhere"), None, T0)
     assert [s.kind for s in waiting.steps] == ["scaler-waiting"]
@@ -210,7 +210,7 @@ def test_a_finished_scaler_whose_job_status_was_lost_is_caught_up_with(world: Wo
     world.settle()
     world.run_all()
     decision = world.decide(apply=False)
-    assert decision.status is not None and decision.scalers
+    assert decision.status is not None and decision.child_writes
     decision.status = None  # the scaler's status was written, the job's was not
     world.apply(decision)
     assert world.status.phase == "Scaling" and world.status.target_workers == W[:2]

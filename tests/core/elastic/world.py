@@ -1,6 +1,6 @@
 """A TrainingJob's small world for the et-operator core tests: the job, its children and
 scalers as the API server would hold them, and a loop that applies ``decide``'s decisions
-the way the service layer must (decisions module docstring). No cluster, no broker: the
+the way the service layer must (the effects module docstring). No cluster, no broker: the
 core is pure, and this is the state it is a function of."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.api import common, elastic
-from shared.core.elastic import decisions, planning, reconciling
+from shared.core import effects
+from shared.core.elastic import planning, reconciling
 from shared.core.elastic.settings import ElasticSettings
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -53,7 +54,7 @@ def scaler(kind: str, name: str, created: dt.datetime = T0, job: str = "elastic-
     })
 
 
-Runner = Callable[[decisions.Exec], decisions.ExecResult]
+Runner = Callable[[effects.Exec], effects.ExecResult]
 
 
 @dataclasses.dataclass
@@ -63,14 +64,14 @@ class World:
     now: dt.datetime = T0
     children: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     scalers: list[elastic.Scaler] = dataclasses.field(default_factory=list)
-    execs: list[decisions.Exec] = dataclasses.field(default_factory=list)
-    steps: list[decisions.Step] = dataclasses.field(default_factory=list)
+    execs: list[effects.Exec] = dataclasses.field(default_factory=list)
+    steps: list[effects.Step] = dataclasses.field(default_factory=list)
     events: list[str] = dataclasses.field(default_factory=list)
     processes: str = ""
     """What ``ps -ef | grep …`` prints in the launcher."""
     failing: str | None = None
     """Text of the error every exec fails with, when set."""
-    last: decisions.Decision | None = None
+    last: effects.Effects | None = None
     log: list[str] = dataclasses.field(default_factory=list)
     """Every exec, create and delete, in the order they happened."""
 
@@ -141,23 +142,23 @@ class World:
 
     # -- reconciling -------------------------------------------------------
 
-    def _run(self, command: decisions.Exec) -> decisions.ExecResult:
+    def _run(self, command: effects.Exec) -> effects.ExecResult:
         self.execs.append(command)
         self.log.append(f"exec {command.purpose}")
         if self.failing is not None:
-            return decisions.ExecResult(command, False, self.failing)
-        return decisions.ExecResult(command, True, self.processes if command.purpose == "probe" else "")
+            return effects.ExecResult(command, False, self.failing)
+        return effects.ExecResult(command, True, self.processes if command.purpose == "probe" else "")
 
-    def decide(self, apply: bool = True) -> decisions.Decision:
+    def decide(self, apply: bool = True) -> effects.Effects:
         """One reconcile: the exec chain, then (``apply``) the decision applied in the order
-        the decisions module prescribes."""
-        executed: list[decisions.ExecResult] = []
+        the effects module prescribes."""
+        executed: list[effects.ExecResult] = []
         while True:
             decision = reconciling.decide(self.job, list(self.children.values()), list(self.scalers), self.now,
                                           key_pair=lambda: KEYS, settings=self.settings, executed=executed)
             if not decision.execs:
                 break
-            assert not (decision.creates or decision.updates or decision.deletes or decision.scalers or decision.status)
+            assert not (decision.creates or decision.updates or decision.deletes or decision.child_writes or decision.status)
             for command in decision.execs:
                 assert command not in [r.exec for r in executed], "an exec asked for twice"
                 executed.append(self._run(command))
@@ -166,8 +167,8 @@ class World:
             self.apply(decision)
         return decision
 
-    def apply(self, decision: decisions.Decision) -> None:
-        for update in decision.scalers:
+    def apply(self, decision: effects.Effects) -> None:
+        for update in decision.child_writes:
             index = next(i for i, s in enumerate(self.scalers) if s.name == update.name and s.KIND == update.kind)
             current = self.scalers[index]
             document = current.dump()

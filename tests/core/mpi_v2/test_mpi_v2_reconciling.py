@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from shared.api import mpijobs
-from shared.core import settings
+from shared.core import effects, settings
 from shared.core.mpi_v2 import reconciling
 
 import mpi_v2_builders as b
 
-Decision = reconciling.Decision
+Decision = effects.Effects
 
 
 def decide(job: mpijobs.MPIJob, children: list[dict[str, Any]], operator: settings.OperatorSettings = b.OPERATOR,
@@ -155,10 +155,10 @@ def test_case_25_resuming_recreates_workers_and_unsuspends_the_launcher(started:
     assert [u["spec"]["suspend"] for u in decision.updates] == [False]
     assert decision.updates[0]["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "a"}
     if started:
-        assert [s["status"] for s in decision.status_updates] == [{}]
+        assert [w.status for w in decision.child_writes if w.before_update] == [{}]
         assert "startTime" not in decision.updates[0]["status"]
     else:
-        assert decision.status_updates == []
+        assert not any(w.before_update for w in decision.child_writes)
     status = b.status_of(decision.status)
     assert ("Suspended", "False", "MPIJobResumed") in b.reasons(status)
     assert status["startTime"] == "2024-01-02T03:04:05Z"
@@ -210,7 +210,7 @@ def test_case_29_wait_for_workers_ready_creates_the_launcher_once_every_worker_i
     pods = b.workers(job, 2, ready=ready)
     decision = decide(job, [*b.auxiliaries(job, pods), *pods])
     assert ("Job/job-launcher" in names(decision.creates)) is launcher_created
-    assert any(step.startswith("wait:") for step in decision.steps) is not launcher_created
+    assert any(step.kind == "wait" for step in decision.steps) is not launcher_created
 
 
 def test_wait_for_workers_ready_is_honoured_after_a_suspension() -> None:

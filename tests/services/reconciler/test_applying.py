@@ -18,7 +18,7 @@ from services.reconciler.settings import ReconcilerSettings
 from shared.api import jobs
 from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings
-from shared.core import reconciling
+from shared.core import effects, kubeflow_v1
 from shared.kube import clients, connecting, resources
 from sim import cluster as sim_cluster_module
 from tests.bus.test_consuming import read_topic
@@ -69,13 +69,19 @@ async def decisions(bus: KafkaSettings) -> list[records.Decision]:
     return [r for r in said if isinstance(r, records.Decision)]
 
 
+def decided(world: World, decision: effects.Effects, children: list[dict[str, Any]]) -> applying.Decided:
+    """A pass of the world's job by its family, with ``decision`` as its effects."""
+    assert world.memory.view.job is not None
+    context = effects.Context(dt.datetime.now(dt.UTC), (ReconcilerSettings(kubeconfig=None).operator,))
+    return applying.Decided(kubeflow_v1.FAMILY, world.memory.view.job, applying.Seen(children), context, decision)
+
+
 async def test_a_pass_is_on_the_topic_before_its_creates_and_each_create_names_it(world: World) -> None:
     assert world.memory.view.job is not None
-    job = jobs.load(world.memory.view.job)
-    now = dt.datetime.now(dt.UTC)
-    decision = reconciling.decide(job, [], now, ReconcilerSettings(kubeconfig=None).operator)
+    context = effects.Context(dt.datetime.now(dt.UTC), (ReconcilerSettings(kubeconfig=None).operator,))
+    decision = kubeflow_v1.FAMILY.decide(world.memory.view.job, [], context)
     assert decision.creates
-    await world.applier.apply_v1(world.key, world.memory, job, decision, applying.Seen([]), now, None)
+    await world.applier.apply(world.key, world.memory, decided(world, decision, []))
 
     pods, _ = await world.client.list(resources.PODS, NAMESPACE)
     assert {p["metadata"]["name"] for p in pods} == {f"{NAME}-master-0"}
@@ -89,15 +95,13 @@ async def test_a_pass_is_on_the_topic_before_its_creates_and_each_create_names_i
 
 async def test_a_deleted_child_counts_as_going_away_until_its_deleted_comes(world: World) -> None:
     assert world.memory.view.job is not None
-    job = jobs.load(world.memory.view.job)
     pod = await world.client.create(resources.PODS, NAMESPACE, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{NAME}-master-0", "namespace": NAMESPACE},
         "spec": {"containers": [{"name": "pytorch", "image": "pytorch:latest"}]}})
     pod = {**pod, "apiVersion": "v1", "kind": "Pod"}
     world.memory.view.observe_child(pod, deleted=False)
-    decision = reconciling.Decision(deletes=[reconciling.ChildRef.of(pod, "restart")])
-    await world.applier.apply_v1(world.key, world.memory, job, decision, applying.Seen([pod]),
-                                 dt.datetime.now(dt.UTC), None)
+    decision = effects.Effects(deletes=[effects.ChildRef.of(pod, "restart")])
+    await world.applier.apply(world.key, world.memory, decided(world, decision, [pod]))
 
     child = ("Pod", f"{NAME}-master-0")
     assert world.memory.expected.going(child, pod, now=asyncio.get_running_loop().time())
