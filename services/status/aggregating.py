@@ -166,11 +166,12 @@ class StatusAggregator:
         return None
 
     async def _hydrate(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
-        """The job and its pods as the API server has them, into the view."""
+        """The job and its pods as the API server has them, into the view (a job the API server
+        does not have leaves the view without one, whatever a record said: the key is forgotten)."""
         held = set(view.children)
         job, pods = await hydrating.hydrate(client, key.kind, key.namespace, key.name, pods_only=True)
+        view.replace_job(job)
         if job is not None:
-            view.replace_job(job)
             view.replace_children(pods, held)
             view.read_back = True
         view.hydrated = True

@@ -209,10 +209,11 @@ class Effects:
     @property
     def acts(self) -> bool:
         """Whether the pass writes anything to the cluster (commands to run are asked for
-        apart, in :attr:`execs`; warnings and announcements alone are not an act)."""
+        apart, in :attr:`execs`; warnings, announcements and steps alone are not an act: a
+        pass that only waits says nothing, or it would say it again on every look)."""
         return bool(self.creates or self.updates or self.deletes or self.child_writes or self.verdict
                     or self.restarts is not None or self.delete_job or self.status is not None
-                    or self.error is not None or self.steps)
+                    or self.error is not None)
 
     @property
     def empty(self) -> bool:
@@ -271,7 +272,8 @@ class Effects:
             "error": self.error, "warnings": [w.reason for w in self.warnings],
             "steps": [f"{s.kind}:{s.subject}" for s in self.steps],
         }
-        return {field: value for field, value in plan.items() if value not in (None, [], False)}
+        return {field: value for field, value in plan.items() if value is not None and value is not False
+                and value != []}
 
 
 def subject_of(manifest: Manifest) -> str:

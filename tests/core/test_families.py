@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 
 from shared.api import elastic, jobs, mpijobs
-from shared.core import basis, families, kubeflow_v1, plans, preparing, settings, statuses
+from shared.core import basis, effects, families, kubeflow_v1, plans, preparing, settings, statuses
 from shared.core.elastic import family as elastic_family
 from shared.core.mpi_v2 import family as mpi_v2_family
 
@@ -117,8 +117,14 @@ class _Widgets:
     def job_of(self, obj: Mapping[str, Any]) -> tuple[str, str | None] | None:
         return None
 
+    def decide(self, document: dict[str, Any], children: Sequence[dict[str, Any]],
+               context: effects.Context) -> effects.Effects:
+        name = document["metadata"]["name"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-0"}}
+        return effects.Effects(creates=[] if children else [pod])
+
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
-        return {"creates": [f"Pod/{inputs.job['metadata']['name']}-0"]}
+        return self.decide(inputs.job, inputs.children, effects.Context(inputs.now)).plan()
 
     def prepare(self, document: dict[str, Any]) -> preparing.Prepared | None:
         return None
@@ -145,4 +151,5 @@ def test_a_new_family_plugs_in_with_one_line() -> None:
     assert isinstance(registry.for_document(widget), _Widgets)
     inputs = basis.Inputs(now=NOW, job=widget, children=[], old=None, extra={})
     assert registry.replan("WidgetJob", inputs) == {"creates": ["Pod/w-0"]}
+    assert registry.resolve("WidgetJob", widget).decide(widget, [], effects.Context(NOW)).acts  # type: ignore[union-attr]
     assert families.REGISTRY.resolve("WidgetJob") is None  # the shipped registry is left alone

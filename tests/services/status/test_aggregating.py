@@ -1,0 +1,122 @@
+"""The status worker (services/status/aggregating.py) against the sim API server and the real
+broker: a job's record and its pods' records are taken into the key's view, settled into one
+status write on the API server, a record that claims more than the API server says is read
+back before a terminal status, and a key whose job is gone is forgotten."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from opentelemetry import context as otel_context
+
+from services.status import aggregating
+from services.status.settings import StatusSettings
+from shared import metrics
+from shared.api import jobs
+from shared.bus import producing, records
+from shared.bus.settings import KafkaSettings
+from shared.kube import clients, connecting, resources
+from sim import cluster as sim_cluster_module
+from tests.fixtures.pipeline import apply_crds
+from tests.services.reconciler.test_applying import NAME, NAMESPACE, PYTORCHJOBS, decisions, pytorchjob
+
+
+@pytest.fixture
+async def client(sim_cluster: sim_cluster_module.Cluster) -> AsyncIterator[clients.KubeClient]:
+    clusters = connecting.ClusterClients(sim_cluster.kubeconfig)
+    client = await clusters.get(sim_cluster.settings.context)
+    await apply_crds(client)
+    yield client
+    await clusters.close()
+
+
+@pytest.fixture
+async def aggregator(sim_cluster: sim_cluster_module.Cluster,
+                     bus: KafkaSettings) -> AsyncIterator[aggregating.StatusAggregator]:
+    settings = StatusSettings(kubeconfig=sim_cluster.kubeconfig, instance="s", write_interval=0.0, record_events=False)
+    clusters = connecting.ClusterClients(sim_cluster.kubeconfig)
+    async with producing.Publisher(bus, "status", "s") as publisher:
+        worker = aggregating.StatusAggregator(settings, clusters, publisher, metrics.ServiceMetrics("status"))
+        yield worker
+        worker.close()
+    await clusters.close()
+
+
+def key(cluster: str) -> str:
+    return f"{cluster}/{NAMESPACE}/PyTorchJob/{NAME}"
+
+
+def observed(cluster: str, kind: str, obj: dict[str, Any], event: str = "ADDED") -> records.Observation:
+    return records.Observation(key=key(cluster), resource_version=str(obj["metadata"].get("resourceVersion", "1")),
+                               object_kind=kind, event=event, object=obj, source="watcher")
+
+
+async def master_pod(client: clients.KubeClient, job: dict[str, Any]) -> dict[str, Any]:
+    """The job's master pod as its reconciler would make it, once the sim's kubelet runs it (for
+    ten minutes: it is Running whatever a record says)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{NAME}-master-0", "namespace": NAMESPACE, "annotations": {"sim.kto.dev/duration": "600"},
+        "labels": {"training.kubeflow.org/job-name": NAME, "training.kubeflow.org/replica-type": "master",
+                   "training.kubeflow.org/replica-index": "0",
+                   "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+        "ownerReferences": [{"apiVersion": jobs.API_VERSION, "kind": "PyTorchJob", "name": NAME,
+                             "uid": job["metadata"]["uid"], "controller": True}]},
+        "spec": {"containers": [{"name": "pytorch", "image": "pytorch:latest"}]}}
+    await client.create(resources.PODS, NAMESPACE, pod)
+    for _ in range(200):
+        running = await client.get(resources.PODS, NAMESPACE, pod["metadata"]["name"])
+        if (running.get("status") or {}).get("phase") == "Running":
+            return {**running, "apiVersion": "v1", "kind": "Pod"}
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the sim's kubelet did not run the pod: {running.get('status')}")
+
+
+async def test_a_job_and_its_running_pod_are_settled_into_one_status_write(
+    sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, aggregator: aggregating.StatusAggregator,
+    bus: KafkaSettings,
+) -> None:
+    job = {**await client.create(PYTORCHJOBS, NAMESPACE, pytorchjob()), "apiVersion": jobs.API_VERSION,
+           "kind": "PyTorchJob"}
+    pod = await master_pod(client, job)
+    cluster = sim_cluster.settings.context
+    assert await aggregator.handle(observed(cluster, "PyTorchJob", job), otel_context.get_current())
+    assert await aggregator.handle(observed(cluster, "Pod", pod), otel_context.get_current())
+    assert await aggregator.settle(key(cluster), otel_context.get_current(), flush=True) is None
+
+    written = await client.get(PYTORCHJOBS, NAMESPACE, NAME)
+    conditions = {c["type"]: c["status"] for c in written["status"]["conditions"]}
+    assert conditions == {"Created": "True", "Running": "True"}
+    assert written["status"]["replicaStatuses"]["Master"]["active"] == 1
+    assert [d.action for d in await decisions(bus)] == ["status_written"]
+
+
+async def test_a_record_claiming_success_is_read_back_and_the_api_server_overrules_it(
+    sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, aggregator: aggregating.StatusAggregator,
+) -> None:
+    job = {**await client.create(PYTORCHJOBS, NAMESPACE, pytorchjob()), "apiVersion": jobs.API_VERSION,
+           "kind": "PyTorchJob"}
+    pod = await master_pod(client, job)
+    claimed = {**pod, "status": {**pod["status"], "phase": "Succeeded"},
+               "metadata": {**pod["metadata"], "resourceVersion": str(int(pod["metadata"]["resourceVersion"]) + 50)}}
+    cluster = sim_cluster.settings.context
+    await aggregator.handle(observed(cluster, "PyTorchJob", job), otel_context.get_current())
+    await aggregator.handle(observed(cluster, "Pod", claimed, "MODIFIED"), otel_context.get_current())
+    await aggregator.settle(key(cluster), otel_context.get_current(), flush=True)
+
+    written = await client.get(PYTORCHJOBS, NAMESPACE, NAME)
+    conditions = {c["type"]: c["status"] for c in (written.get("status") or {}).get("conditions") or []}
+    assert conditions.get("Succeeded") != "True", "a record's word alone never finishes a job"
+
+
+async def test_a_key_whose_job_is_gone_from_the_api_server_is_forgotten(
+    sim_cluster: sim_cluster_module.Cluster, aggregator: aggregating.StatusAggregator,
+) -> None:
+    never_created = {**pytorchjob(), "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "u",
+                                                  "resourceVersion": "5"}}
+    cluster = sim_cluster.settings.context
+    await aggregator.handle(observed(cluster, "PyTorchJob", never_created), otel_context.get_current())
+    assert await aggregator.settle(key(cluster), otel_context.get_current(), flush=True) is None
+    assert key(cluster) not in aggregator._views
