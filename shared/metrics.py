@@ -38,7 +38,8 @@ from aiohttp import web
 from prometheus_client import exposition, metrics_core, registry
 
 from shared import health
-from shared.api import common, elastic, jobs
+from shared.api import common, jobs
+from shared.core import families
 from shared.bus import events
 
 log = logging.getLogger("kto.metrics")
@@ -81,10 +82,7 @@ MAX_RECORD_TYPES = 64
 _RECORD_TYPE = re.compile(r"(observation|decision):[A-Za-z][A-Za-z0-9_.]{0,62}")
 """A ``kto-type`` value kept as a label: anything else (another producer's header) is ``other``."""
 
-_CONTROLLERS: dict[str, str] = {
-    **{kind: cls.CONTROLLER_NAME for kind, cls in jobs.KINDS.items()},
-    elastic.TrainingJob.KIND: elastic.TrainingJob.CONTROLLER_NAME,
-}
+_CONTROLLERS = families.REGISTRY.controllers
 """The ``controller`` label of a reconciler's settle passes, by job kind (upstream's controller names)."""
 
 Settle = Callable[[str, Any, bool], Awaitable[float | None]]

@@ -20,7 +20,7 @@ import base64
 import copy
 from typing import Any
 
-from shared.core import admitting
+from shared.core import admitting, families
 from shared.kube import clients, resources
 
 Obj = dict[str, Any]
@@ -77,7 +77,7 @@ def configurations(url: str, ca_bundle: bytes, *, name: str = "kto", namespace_s
             "metadata": {"name": f"{name}-{'mutating' if mutating else 'validating'}-webhook-configuration",
                          "labels": labels},
             "webhooks": [_webhook(hook, url, ca_bundle, selector, timeout_seconds)
-                         for hook in admitting.HOOKS if hook.mutating == mutating],
+                         for hook in families.REGISTRY.hooks if hook.mutating == mutating],
         })
     return made
 

@@ -1,4 +1,4 @@
-"""The webhook's HTTPS server: one path per webhook of ``shared.core.admitting.HOOKS``, plus health.
+"""The webhook's HTTPS server: one path per webhook of ``shared.core.families.REGISTRY.hooks``, plus health.
 
 In: ``POST /validate-<group>-<version>-<kind>`` and ``/mutate-…`` with an
 AdmissionReview ``admission.k8s.io/v1`` (JSON), from the API server.
@@ -30,7 +30,7 @@ from aiohttp import web
 
 from services.webhook.settings import WebhookSettings
 from shared import lifecycle
-from shared.core import admitting
+from shared.core import admitting, families
 
 log = logging.getLogger("kto.webhook")
 
@@ -130,7 +130,7 @@ class Server(lifecycle.Started):
         self._runner: web.AppRunner | None = None
         self._reloading: asyncio.Task[None] | None = None
         self.app = web.Application(client_max_size=settings.max_request_bytes)
-        for hook in admitting.HOOKS:
+        for hook in families.REGISTRY.hooks:
             self.app.router.add_post(hook.path, handler(hook, settings))
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
@@ -183,7 +183,7 @@ class Server(lifecycle.Started):
             self.port = server.sockets[0].getsockname()[1]
         self._reloading = asyncio.create_task(self._reload(), name="kto-webhook-certificate-reload")
         self._ready = True
-        log.info("serving %d webhooks on %s", len(admitting.HOOKS), self.url)
+        log.info("serving %d webhooks on %s", len(families.REGISTRY.hooks), self.url)
 
     async def _reload(self) -> None:
         while True:

@@ -36,15 +36,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared.api import elastic, jobs, limits, mpijobs
-from shared.core import defaulting, validating
-from shared.core.elastic import defaulting as elastic_defaulting
-from shared.core.elastic import validating as elastic_validating
-from shared.core.mpi_v2 import defaulting as mpi_defaulting
-from shared.core.mpi_v2 import validating as mpi_validating
+from shared.api import jobs, limits
+from shared.core import validating
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
@@ -61,7 +57,7 @@ class BadReview(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Rules:
+class Rules:
     """How one kind is loaded, judged and defaulted."""
 
     load: Callable[[Any], Any]
@@ -106,7 +102,7 @@ class Target:
     singular: str
     upstream: bool
     """The webhook exists upstream (its name and path are upstream's)."""
-    rules: _Rules = dataclasses.field(repr=False, compare=False)
+    rules: Rules = dataclasses.field(repr=False, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -200,30 +196,12 @@ def _loaded(load: Callable[[Any], Any], document: Obj | None) -> Any:
         return None
 
 
-_V1 = _Rules(jobs.load, validating.validate, defaulting.stored_defaults, defaults_valid_only=True)
-_MPI_V2 = _Rules(mpijobs.load, lambda job, old: mpi_validating.validate(mpi_defaulting.set_defaults(job)),
-                 mpi_defaulting.set_defaults)
-_TRAINING_JOB = _Rules(elastic.load_training_job,
-                       lambda job, old: elastic_validating.validate(elastic_defaulting.set_defaults(job)),
-                       elastic_defaulting.set_defaults)
-_SCALER = _Rules(elastic.load_scaler, lambda scaler, old: elastic_validating.validate_scaler(scaler))
-
-TARGETS: tuple[Target, ...] = (
-    *(Target(jobs.GROUP, jobs.VERSION, cls.KIND, cls.PLURAL, cls.SINGULAR, True, _V1)
-      for cls in jobs.KINDS.values() if cls is not jobs.MPIJob),
-    Target(mpijobs.GROUP, mpijobs.VERSION, mpijobs.KIND, mpijobs.PLURAL, mpijobs.SINGULAR, False, _MPI_V2),
-    Target(elastic.GROUP, elastic.VERSION, elastic.TrainingJob.KIND, elastic.TrainingJob.PLURAL,
-           elastic.TrainingJob.SINGULAR, False, _TRAINING_JOB),
-    *(Target(elastic.GROUP, elastic.VERSION, cls.KIND, cls.PLURAL, cls.SINGULAR, False, _SCALER)
-      for cls in (elastic.ScaleIn, elastic.ScaleOut)),
-)
-"""Every kind kto admits; MPIJob kubeflow.org/v1 is not among them (module docstring)."""
-
-HOOKS: tuple[Hook, ...] = (
-    *(Hook(target, False) for target in TARGETS),
-    *(Hook(target, True) for target in TARGETS if target.rules.defaults is not None),
-)
-"""Every webhook the server serves: a validator per kind, a defaulter per kind that has defaults."""
+def hooks(targets: Sequence[Target]) -> tuple[Hook, ...]:
+    """The webhooks of ``targets``: a validating one each, then a mutating one for each whose
+    kind has defaults to store (the families' ``admitted`` targets, in registry order, are
+    what the webhook serves: ``shared.core.families.REGISTRY.hooks``)."""
+    return (*(Hook(target, False) for target in targets),
+            *(Hook(target, True) for target in targets if target.rules.defaults is not None))
 
 
 # ---------------------------------------------------------------------------

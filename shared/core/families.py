@@ -17,7 +17,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from shared.core import basis, effects, plans, preparing, statuses
+from shared.core import admitting, basis, effects, plans, preparing, statuses
 from shared.core import kubeflow_v1
 from shared.core import settings as operator_settings
 from shared.core.elastic import family as elastic_family
@@ -53,6 +53,14 @@ class Family(Protocol):
     @property
     def status_writer(self) -> Literal["status", "reconciler"]:
         """The service that writes its jobs' ``/status``."""
+
+    @property
+    def controllers(self) -> Mapping[str, str]:
+        """Job kind → upstream's controller name (the ``controller`` label of reconcile metrics)."""
+
+    @property
+    def admitted(self) -> tuple[admitting.Target, ...]:
+        """The kinds (in a version) the admission webhook judges for it, with their rules."""
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         """Whether a job of one of its kinds (``None``: not known yet) is this family's."""
@@ -109,6 +117,12 @@ class Registry:
         self.operator_names: dict[str, str] = {
             label: kind for family in self.families for label, kind in family.operator_names.items()}
         """Every family's operator-name label value → job kind."""
+        self.controllers: dict[str, str] = {
+            kind: name for family in self.families for kind, name in family.controllers.items()}
+        """Job kind → upstream's controller name."""
+        self.hooks: tuple[admitting.Hook, ...] = admitting.hooks(
+            [target for family in self.families for target in family.admitted])
+        """Every webhook kto serves: the families' admitted kinds, validating then mutating."""
 
     def resolve(self, kind: str, document: Mapping[str, Any] | None = None) -> Family | None:
         """The family serving a ``kind`` job (``document``: the job, when known); None for a

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import jobs, mpijobs
-from shared.core import basis, conditions, defaulting, effects, planning, plans, preparing, reconciling, statuses, validating
+from shared.core import admitting, basis, conditions, defaulting, effects, planning, plans, preparing, reconciling, statuses, validating
 from shared.core import settings as operator_settings
 
 Manifest = dict[str, Any]
@@ -37,6 +37,9 @@ def previous_version(previous: Manifest | None, current: Manifest) -> jobs.Job |
         return None
 
 
+_RULES = admitting.Rules(jobs.load, validating.validate, defaulting.stored_defaults, defaults_valid_only=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class KubeflowV1:
     """The six kubeflow.org/v1 kinds (see the module)."""
@@ -48,6 +51,13 @@ class KubeflowV1:
     operator_names: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {cls.CONTROLLER_NAME: kind for kind, cls in jobs.KINDS.items()})
     status_writer: Literal["status", "reconciler"] = "status"
+    controllers: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {kind: cls.CONTROLLER_NAME for kind, cls in jobs.KINDS.items()})
+    admitted: tuple[admitting.Target, ...] = tuple(
+        admitting.Target(jobs.GROUP, jobs.VERSION, cls.KIND, cls.PLURAL, cls.SINGULAR, True, _RULES)
+        for cls in jobs.KINDS.values() if cls is not jobs.MPIJob)
+    """The five kinds with an upstream webhook (MPIJob kubeflow.org/v1 has none, as upstream: its
+    controller validates), judged as written, defaulted only when valid."""
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         """Every job of its kinds but an MPIJob written in v2beta1."""

@@ -13,22 +13,22 @@ import pytest
 import yaml
 
 from shared.api import jobs
-from shared.core import admitting, defaulting
+from shared.core import admitting, defaulting, families
 from sim import patching
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HOOKS = {hook.name: hook for hook in admitting.HOOKS}
+HOOKS = {hook.name: hook for hook in families.REGISTRY.hooks}
 DNS_DETAIL = ("should match: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
               "an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex "
               "used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 
 
 def validator(kind: str, version: str = "v1") -> admitting.Hook:
-    return next(h for h in admitting.HOOKS if not h.mutating and h.target.kind == kind and h.target.version == version)
+    return next(h for h in families.REGISTRY.hooks if not h.mutating and h.target.kind == kind and h.target.version == version)
 
 
 def defaulter(kind: str, version: str = "v1") -> admitting.Hook:
-    return next(h for h in admitting.HOOKS if h.mutating and h.target.kind == kind and h.target.version == version)
+    return next(h for h in families.REGISTRY.hooks if h.mutating and h.target.kind == kind and h.target.version == version)
 
 
 def review(hook: admitting.Hook, obj: Any, operation: str = "CREATE", old: Any = None) -> dict[str, Any]:
@@ -196,11 +196,11 @@ def test_an_update_that_leaves_the_spec_alone_is_allowed_even_on_an_invalid_job(
 
 
 def test_mpijob_v1_has_no_webhook_as_upstream() -> None:
-    assert not [h for h in admitting.HOOKS if h.target.kind == "MPIJob" and h.target.version == "v1"]
+    assert not [h for h in families.REGISTRY.hooks if h.target.kind == "MPIJob" and h.target.version == "v1"]
 
 
 def test_the_five_upstream_validators_keep_upstreams_names_and_paths() -> None:
-    upstream = sorted((h.name, h.path) for h in admitting.HOOKS if h.target.upstream and not h.mutating)
+    upstream = sorted((h.name, h.path) for h in families.REGISTRY.hooks if h.target.upstream and not h.mutating)
     assert upstream == sorted(
         (f"validator.{kind}.training-operator.kubeflow.org", f"/validate-kubeflow-org-v1-{kind}")
         for kind in ("pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob"))
@@ -286,12 +286,12 @@ def test_an_mpijob_v2beta1_is_defaulted_and_validated_as_mpi_operators_controlle
 
 def test_et_operator_kinds_are_validated_and_a_trainingjob_defaulted() -> None:
     example = yaml.safe_load((ROOT / "examples" / "et-operator" / "training_job.yaml").read_text())
-    hook = next(h for h in admitting.HOOKS if h.target.kind == "TrainingJob" and h.mutating)
+    hook = next(h for h in families.REGISTRY.hooks if h.target.kind == "TrainingJob" and h.mutating)
     stored = patched(example, admitting.review(hook, review(hook, example)))
     assert stored["spec"]["launcherAttachMode"] == "ssh" and stored["spec"]["backoffLimit"] == 6
     scale_in = {"apiVersion": "kai.alibabacloud.com/v1alpha1", "kind": "ScaleIn", "metadata": {"name": "s"},
                 "spec": {"toDelete": {"count": 1}, "timeout": 0}}
-    hook = next(h for h in admitting.HOOKS if h.target.kind == "ScaleIn")
+    hook = next(h for h in families.REGISTRY.hooks if h.target.kind == "ScaleIn")
     result = admitting.review(hook, review(hook, scale_in))
     assert result.message == ("[spec.selector.name: Required value: the TrainingJob to scale, "
                               "spec.timeout: Invalid value: 0: must be greater than 0]")
@@ -318,7 +318,7 @@ def test_a_scalers_env_names_must_be_shell_identifiers(env: list[dict[str, str]]
     for kind, spec in (("ScaleIn", {"toDelete": {"count": 1}}), ("ScaleOut", {"toAdd": {"count": 1}})):
         scaler = {"apiVersion": "kai.alibabacloud.com/v1alpha1", "kind": kind, "metadata": {"name": "s"},
                   "spec": {**spec, "selector": {"name": "job"}, "env": env}}
-        hook = next(h for h in admitting.HOOKS if h.target.kind == kind)
+        hook = next(h for h in families.REGISTRY.hooks if h.target.kind == kind)
         result = admitting.review(hook, review(hook, scaler))
         assert (result.allowed, result.message or None) == (message is None, message)
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 
 from shared.api import elastic, jobs, mpijobs
-from shared.core import basis, effects, families, kubeflow_v1, plans, preparing, settings, statuses
+from shared.core import admitting, basis, effects, families, kubeflow_v1, plans, preparing, settings, statuses
 from shared.core.elastic import family as elastic_family
 from shared.core.mpi_v2 import family as mpi_v2_family
 
@@ -107,6 +107,8 @@ class _Widgets:
     api_versions: frozenset[str] = frozenset({"example.dev/v1"})
     operator_names: Mapping[str, str] = dataclasses.field(default_factory=lambda: {"widget-operator": "WidgetJob"})
     status_writer: Literal["status", "reconciler"] = "status"
+    controllers: Mapping[str, str] = dataclasses.field(default_factory=lambda: {"WidgetJob": "widget-controller"})
+    admitted: tuple[admitting.Target, ...] = ()
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         return True
@@ -148,6 +150,7 @@ def test_a_new_family_plugs_in_with_one_line() -> None:
     assert "WidgetJob" in registry.kinds and "WidgetJob" in registry.status_kinds
     assert registry.is_job("example.dev/v1", "WidgetJob")
     assert registry.operator_names["widget-operator"] == "WidgetJob"
+    assert registry.controllers["WidgetJob"] == "widget-controller" and registry.hooks == families.REGISTRY.hooks
     assert isinstance(registry.for_document(widget), _Widgets)
     inputs = basis.Inputs(now=NOW, job=widget, children=[], old=None, extra={})
     assert registry.replan("WidgetJob", inputs) == {"creates": ["Pod/w-0"]}

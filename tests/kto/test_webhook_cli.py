@@ -23,7 +23,7 @@ import yaml
 from realparts import ports
 from services.webhook import certifying, serving
 from services.webhook.settings import WebhookSettings
-from shared.core import admitting
+from shared.core import families
 from tests.fixtures.sim import Kubectl
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -244,7 +244,7 @@ async def test_the_printed_configurations_register_every_hook_and_kubectl_applie
                  "https://127.0.0.1:9443")
     assert result.returncode == 0, result.stderr
     validating, mutating = yaml.safe_load_all(result.stdout)
-    assert [w["name"] for w in validating["webhooks"] + mutating["webhooks"]] == [h.name for h in admitting.HOOKS]
+    assert [w["name"] for w in validating["webhooks"] + mutating["webhooks"]] == [h.name for h in families.REGISTRY.hooks]
     for webhook in validating["webhooks"] + mutating["webhooks"]:
         assert webhook["failurePolicy"] == "Fail" and webhook["matchPolicy"] == "Exact"
         assert webhook["namespaceSelector"]["matchExpressions"] == [

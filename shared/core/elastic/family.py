@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import common, elastic
-from shared.core import basis, effects, plans, preparing, statuses
+from shared.core import admitting, basis, effects, plans, preparing, statuses
 from shared.core import settings as operator_settings
 from shared.core.elastic import decisions, defaulting, planning, reconciling, scaling, validating
 from shared.core.elastic.settings import ElasticSettings
@@ -104,6 +104,20 @@ class TrainingJobs:
     api_versions: frozenset[str] = frozenset({elastic.API_VERSION})
     operator_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     status_writer: Literal["status", "reconciler"] = "reconciler"
+    controllers: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {elastic.TrainingJob.KIND: elastic.TrainingJob.CONTROLLER_NAME})
+    admitted: tuple[admitting.Target, ...] = (
+        admitting.Target(elastic.GROUP, elastic.VERSION, elastic.TrainingJob.KIND, elastic.TrainingJob.PLURAL,
+                         elastic.TrainingJob.SINGULAR, False, admitting.Rules(
+                             elastic.load_training_job,
+                             lambda job, old: validating.validate(defaulting.set_defaults(job)),
+                             defaulting.set_defaults)),
+        *(admitting.Target(elastic.GROUP, elastic.VERSION, cls.KIND, cls.PLURAL, cls.SINGULAR, False, admitting.Rules(
+            elastic.load_scaler, lambda scaler, old: validating.validate_scaler(scaler)))
+          for cls in (elastic.ScaleIn, elastic.ScaleOut)),
+    )
+    """The TrainingJob (defaulted, then kto's rules) and ScaleIn / ScaleOut (kto's rules):
+    upstream has no webhook and checks only its CRD schema."""
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         return True

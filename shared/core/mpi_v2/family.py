@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import common, mpijobs
-from shared.core import basis, effects, plans, preparing, statuses
+from shared.core import admitting, basis, effects, plans, preparing, statuses
 from shared.core import settings as operator_settings
 from shared.core.mpi_v2 import defaulting, reconciling, sshkeys, validating
 
@@ -52,6 +52,14 @@ class MPIJobV2:
     operator_names: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {mpijobs.OPERATOR_NAME: mpijobs.KIND})
     status_writer: Literal["status", "reconciler"] = "status"
+    controllers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """None of its own: its reconcile passes count under the v1 family's ``mpijob-controller``."""
+    admitted: tuple[admitting.Target, ...] = (admitting.Target(
+        mpijobs.GROUP, mpijobs.VERSION, mpijobs.KIND, mpijobs.PLURAL, mpijobs.SINGULAR, False, admitting.Rules(
+            mpijobs.load, lambda job, old: validating.validate(defaulting.set_defaults(job)),
+            defaulting.set_defaults)),)
+    """mpi-operator's validation (spec A.5) of the defaulted job, which its controller runs; the
+    defaults are stored."""
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         """An MPIJob written in v2beta1 (the v2beta1 schema's own defaults show it)."""
