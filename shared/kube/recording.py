@@ -21,15 +21,31 @@ import collections
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
-from shared.api import common, elastic, jobs, mpijobs
+from shared.api import common
 from shared.core import statuses
 from shared.kube import clients, resources
 
 log = logging.getLogger("kto.kube.events")
 
-Regarding = jobs.Job | mpijobs.MPIJob | elastic.TrainingJob
+class Regarding(Protocol):
+    """A job as its family's API type loads it: what an Event names as its object and source."""
+
+    KIND: ClassVar[str]
+    CONTROLLER_NAME: ClassVar[str]
+
+    @property
+    def api_version(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def metadata(self) -> common.ObjectMeta: ...
 
 MAX_MESSAGE = 1024
 """Longest Event message written (the API server's limit is larger; kubectl shows one line)."""
