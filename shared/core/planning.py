@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.api import common, jobs
-from shared.core import errors, frameworks, naming
+from shared.core import errors, frameworks, naming, owners
 from shared.core import settings as operator_settings
 from shared.core.frameworks import base
 
@@ -173,7 +173,7 @@ def desired_pod(
     metadata = _metadata(
         framework.pod_name(job, replica_type, index),
         job.namespace,
-        naming.owner_reference(job),
+        owners.reference(job),
         labels=labels,
         annotations=annotations,
         finalizers=list(template_meta.get("finalizers") or []),
@@ -211,7 +211,7 @@ def desired_service(job: jobs.Job, replica_type: str, index: int) -> Manifest:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(
-            naming.service_name(job, replica_type, index), job.namespace, naming.owner_reference(job), labels=labels
+            naming.service_name(job, replica_type, index), job.namespace, owners.reference(job), labels=labels
         ),
         "spec": {
             "clusterIP": "None",
@@ -291,7 +291,7 @@ def desired_pod_group(
     else:
         resources = min_resources(job, members)
     metadata = _metadata(
-        job.name, job.namespace, naming.owner_reference(job), annotations=dict(job.metadata.annotations or {})
+        job.name, job.namespace, owners.reference(job), annotations=dict(job.metadata.annotations or {})
     )
     spec: Manifest = {"minMember": members}
     if settings.volcano:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.api import common, jobs
-from shared.core import conditions, defaulting, naming, passes, planning, statuses, validating
+from shared.core import conditions, defaulting, naming, owners, passes, planning, statuses, validating
 from shared.core.settings import OperatorSettings
 
 Manifest = common.Manifest
@@ -75,21 +75,6 @@ class Decision:
     @property
     def empty(self) -> bool:
         return not (self.creates or self.updates or self.deletes or self.verdict or self.delete_job)
-
-
-def owned_children(job: jobs.Job, children: Sequence[Manifest]) -> list[Manifest]:
-    """Children whose controller ownerReference is this job (by uid; by name when the job has no uid)."""
-    owned = []
-    for child in children:
-        for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
-            if not ref.get("controller") or ref.get("kind") != job.KIND:
-                continue
-            if (job.metadata.uid and ref.get("uid") == job.metadata.uid) or (
-                not job.metadata.uid and ref.get("name") == job.name
-            ):
-                owned.append(child)
-                break
-    return owned
 
 
 def _of_kind(children: Sequence[Manifest], kind: str) -> list[Manifest]:
@@ -218,7 +203,7 @@ def _failed(job: jobs.Job, children: Sequence[Manifest], now: dt.datetime, decis
     """A job with a recorded failure verdict: every pod and Service goes whatever
     cleanPodPolicy says (§6.6, backoff / deadline row; a validation failure the
     same), the PodGroup too, then TTL. The job is not defaulted: it may be invalid."""
-    owned = owned_children(job, children)
+    owned = owners.owned(job, children)
     decision.deletes += _delete_pods_and_services(_of_kind(owned, "Pod"), _of_kind(owned, "Service"), "failed")
     decision.deletes += _children_to_drop(owned, frozenset({"PodGroup"}), "failed")
     _ttl(job, now, decision)
@@ -266,13 +251,13 @@ def decide(
         )
         # An update that failed validation (no child exists before a first
         # valid pass): the job fails as by backoff or deadline, all its pods go.
-        invalid_owned = owned_children(job, children)
+        invalid_owned = owners.owned(job, children)
         decision.deletes += _delete_pods_and_services(
             _of_kind(invalid_owned, "Pod"), _of_kind(invalid_owned, "Service"), "failed")
         decision.deletes += _children_to_drop(invalid_owned, frozenset({"PodGroup"}), "failed")
         return decision
     job = defaulting.set_defaults(job)
-    owned = owned_children(job, children)
+    owned = owners.owned(job, children)
     pods, services = _of_kind(owned, "Pod"), _of_kind(owned, "Service")
     podgroups = frozenset({"PodGroup"})
     status = job.status

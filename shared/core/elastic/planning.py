@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.api import common, elastic
+from shared.core import owners
 from shared.core.elastic import naming
 from shared.core.elastic.settings import ElasticSettings
 
@@ -163,7 +164,7 @@ def _metadata(job: elastic.TrainingJob, name: str, labels: dict[str, str] | None
     if labels is not None:
         meta["labels"] = labels
     meta.update(extra)
-    meta["ownerReferences"] = [naming.owner_reference(job)]
+    meta["ownerReferences"] = [owners.reference(job)]
     return meta
 
 

@@ -39,6 +39,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 
 from shared.api import common, elastic
+from shared.core import owners
 from shared.core import passes as core_passes
 from shared.core.elastic import decisions, defaulting, naming, planning, scaling, statuses, validating
 from shared.core.elastic.passes import NeedExec, Pass, name_of
@@ -103,7 +104,7 @@ def _owned(job: elastic.TrainingJob, children: Sequence[Manifest]) -> list[Manif
         meta = child.get("metadata") or {}
         if (meta.get("namespace") or "default") != job.namespace:
             continue
-        if naming.is_controlled_by(meta, job) or (child.get("kind") == "Secret" and meta.get("name") == secret):
+        if owners.controls(job, child) or (child.get("kind") == "Secret" and meta.get("name") == secret):
             owned.append(child)
     return owned
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 
 from shared.api import elastic
+from shared.core import owners
 from shared.core import passes as core_passes
 from shared.core.elastic import decisions, naming, planning, statuses, validating
 from shared.core.elastic.passes import Pass, labels_of, name_of
@@ -78,7 +79,7 @@ def bind_into(decision: decisions.Decision, scaler: elastic.Scaler, job: elastic
                            f"Scaling job {scaler.full_name} created, match the training job {job.namespace}/{job.name}",
                            now)
     update = decision.scaler(scaler)
-    update.owner_reference = naming.owner_reference(job)
+    update.owner_reference = owners.reference(job)
     update.status = status
     decision.step(decisions.STEP_SCALER_BOUND, scaler.full_name, f"bound to TrainingJob {job.namespace}/{job.name}")
     return True
@@ -100,7 +101,7 @@ def bind(scaler: elastic.Scaler, job: elastic.TrainingJob | None, now: dt.dateti
 def pending(p: Pass) -> list[elastic.Scaler]:
     """Unfinished scalers controlled by the job, not being deleted: ScaleOuts, then ScaleIns."""
     ordered = sorted(p.scalers, key=lambda s: (0 if isinstance(s, elastic.ScaleOut) else 1, s.name))
-    return [s for s in ordered if naming.is_controlled_by(s.metadata, p.job)
+    return [s for s in ordered if owners.controls(p.job, {"metadata": s.metadata.dump()})
             and not statuses.is_scale_finished(s.status) and not is_deleting(s)]
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shared.api import jobs
-from shared.core import errors, naming, passes, settings
+from shared.core import errors, naming, owners, passes, settings
 from shared.core.frameworks import base
 
 LAUNCHER = "Launcher"
@@ -100,8 +100,7 @@ def _is_running_worker(job: jobs.Job, pod: Mapping[str, Any]) -> bool:
         return False
     if (pod.get("status") or {}).get("phase") != "Running":
         return False
-    controllers = [ref for ref in metadata.get("ownerReferences") or [] if ref.get("controller")]
-    return bool(controllers) and controllers[0].get("uid", "") == (job.metadata.uid or "")
+    return owners.controls(job, pod)
 
 
 def discover_hosts_script(job: jobs.Job, observed: Sequence[Mapping[str, Any]]) -> str:
@@ -128,7 +127,7 @@ def _metadata(job: jobs.Job, name: str) -> base.Manifest:
         "name": name,
         "namespace": job.namespace,
         "labels": naming.app_labels(job),
-        "ownerReferences": [naming.owner_reference(job)],
+        "ownerReferences": [owners.reference(job)],
     }
 
 

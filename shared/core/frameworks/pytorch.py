@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.api import jobs
-from shared.core import errors, naming, passes, settings
+from shared.core import errors, naming, owners, passes, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -128,7 +128,7 @@ def desired_hpa(job: jobs.Job) -> base.Manifest | None:
         "metadata": {
             "name": job.name,
             "namespace": job.namespace,
-            "ownerReferences": [naming.owner_reference(job)],
+            "ownerReferences": [owners.reference(job)],
         },
         "spec": spec,
     }

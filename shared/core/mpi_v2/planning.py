@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from shared.api import common, mpijobs
-from shared.core import naming, passes, settings
+from shared.core import naming, owners, passes, settings
 from shared.core.frameworks import base, mpi
 from shared.core.mpi_v2 import scheduling, sshkeys
 
@@ -106,24 +106,12 @@ def worker_index_label(job: mpijobs.MPIJob, index: int) -> str:
     return str(index + 1 if job.launcher_as_worker else index)
 
 
-def owner_reference(job: mpijobs.MPIJob) -> Manifest:
-    """The controller reference every child carries (uid "" when unknown)."""
-    return {
-        "apiVersion": mpijobs.API_VERSION,
-        "kind": mpijobs.KIND,
-        "name": job.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def _metadata(job: mpijobs.MPIJob, name: str, labels: Mapping[str, str],
               annotations: Mapping[str, str] | None = None) -> Manifest:
     metadata: Manifest = {"name": name, "namespace": job.namespace, "labels": dict(labels)}
     if annotations:
         metadata["annotations"] = dict(annotations)
-    metadata["ownerReferences"] = [owner_reference(job)]
+    metadata["ownerReferences"] = [owners.reference(job)]
     return metadata
 
 
@@ -347,7 +335,7 @@ def desired_launcher_template(job: mpijobs.MPIJob, operator: settings.OperatorSe
     metadata: Manifest = {"labels": labels}
     if annotations:
         metadata["annotations"] = annotations
-    metadata["ownerReferences"] = [owner_reference(job)]
+    metadata["ownerReferences"] = [owners.reference(job)]
     return {"metadata": metadata, "spec": spec}
 
 

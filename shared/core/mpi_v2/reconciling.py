@@ -30,7 +30,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 
 from shared.api import common, mpijobs
-from shared.core import conditions, naming, passes, reconciling, settings
+from shared.core import conditions, naming, owners, passes, reconciling, settings
 from shared.core.mpi_v2 import defaulting, planning, scheduling, sshkeys, statuses, validating
 
 Manifest = common.Manifest
@@ -112,17 +112,8 @@ def _name(manifest: Manifest) -> str:
     return str((manifest.get("metadata") or {}).get("name", ""))
 
 
-def controlled_by(child: Manifest, kind: str, name: str, uid: str | None) -> bool:
-    """Whether ``child``'s controller reference is that owner: by uid (metav1.IsControlledBy),
-    by kind and name when the owner's uid is not known."""
-    for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref.get("uid") == uid if uid else (ref.get("kind"), ref.get("name")) == (kind, name)
-    return False
-
-
 def _ours(job: mpijobs.MPIJob, child: Manifest) -> bool:
-    return controlled_by(child, mpijobs.KIND, job.name, job.metadata.uid)
+    return owners.controls(job, child)
 
 
 def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
@@ -145,7 +136,7 @@ def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
     if found.launcher is not None:
         uid = (found.launcher.get("metadata") or {}).get("uid")
         found.launcher_pods = [
-            pod for pod in found.pods.values() if controlled_by(pod, "Job", planning.launcher_name(job), uid)
+            pod for pod in found.pods.values() if owners.is_controlled_by(pod, "Job", planning.launcher_name(job), uid)
         ]
     return found
 
@@ -359,7 +350,7 @@ def decide(
         ):
             return decision
         if not job.suspended:
-            pod_group = scheduling.desired_pod_group(job, operator, planning.owner_reference(job), priorities or {})
+            pod_group = scheduling.desired_pod_group(job, operator, owners.reference(job), priorities or {})
             if pod_group is not None and not _get_or_create(
                 decision, job, found.pod_group, lambda: pod_group, lambda current: _replaced(current, "spec", pod_group)
             ):
