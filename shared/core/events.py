@@ -1,7 +1,7 @@
 """Upstream's Events about a job's children (spec §9.2), as pure functions.
 
 In: what a worker did to a child (created, failed to create, deleted), or the pods
-it observes. Out: :class:`~shared.core.passes.Event` values with upstream's reasons
+it observes. Out: :class:`Event` values with upstream's reasons
 and messages — the reconciler's ``SuccessfulCreatePod``, ``SuccessfulCreateService``,
 ``SuccessfulDeletePod`` … and the TTL deletion's event; the status worker's
 ``ExitedWithCode`` and the abnormal-pod warnings, each keyed by a *mark* so a worker
@@ -12,16 +12,24 @@ reconcile. Aggregating them into few writes is the recorder's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-from shared.core.passes import Event
+from typing import Any, Literal
 
 MPI_KIND = "MPIJob"
 TTL_JOB_REASON_KINDS = frozenset({"TFJob", "XGBoostJob", "MPIJob"})
 """Kinds whose TTL deletion says ``SuccessfulDeleteJob``; the others say ``SuccessfulDeletePod`` (upstream's quirk, kept on the wire)."""
 
 _NOUNS = {"Pod": "pod", "Service": "service"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to record on the job."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
 
 
 def _launcher(name: str) -> bool:

@@ -21,8 +21,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import common, jobs
-from shared.core import conditions, defaulting, naming, owners, passes, planning, statuses, validating
+from shared.api import common, jobs, objects
+from shared.core import conditions, defaulting, naming, owners, planning, statuses, validating
 from shared.core.settings import OperatorSettings
 
 Manifest = common.Manifest
@@ -96,23 +96,23 @@ def _delete_pods_and_services(
     by_name = {_name(s): s for s in services}
     refs: list[ChildRef] = []
     for pod in pods:
-        if passes.is_deleting(pod):
+        if objects.is_deleting(pod):
             continue
-        if only_phases is not None and passes.phase(pod) not in only_phases:
+        if only_phases is not None and objects.phase_of(pod) not in only_phases:
             continue
         service = by_name.get(_name(pod))
-        if service is not None and not passes.is_deleting(service):
+        if service is not None and not objects.is_deleting(service):
             refs.append(ChildRef.of(service, reason))
         refs.append(ChildRef.of(pod, reason))
     # Level-triggered: a Service whose pod is gone or going (deleted by an earlier
     # pass cut short, by a restart, or by hand) is left over all the same.
-    live = {_name(p) for p in pods if not passes.is_deleting(p)}
-    refs += [ChildRef.of(s, reason) for s in services if _name(s) not in live and not passes.is_deleting(s)]
+    live = {_name(p) for p in pods if not objects.is_deleting(p)}
+    refs += [ChildRef.of(s, reason) for s in services if _name(s) not in live and not objects.is_deleting(s)]
     return refs
 
 
 def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reason: str) -> list[ChildRef]:
-    return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not passes.is_deleting(c)]
+    return [ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not objects.is_deleting(c)]
 
 
 RESTARTS_ANNOTATION = "kto.dev/replica-restarts"
@@ -158,7 +158,7 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
     specs = job.specs()
     counted = counted_pods(job)
     if operator_restarts(job) >= limit and any(
-        statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod)
+        statuses.restart_action(job, rt, pod) == "restart" and not objects.is_deleting(pod)
         and _pod_id(pod) not in counted
         for rt in specs for pod in statuses.replica_pods(job, pods, rt).values()
     ):
@@ -166,8 +166,8 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
     total = sum(1 if s.replicas is None else s.replicas for s in specs.values())
     stored = job.status or common.JobStatus()
     previously_failed = sum(r.failed or 0 for r in (stored.replica_statuses or {}).values())
-    active = sum(1 for p in pods if passes.phase(p) not in ("Succeeded", "Failed") and not passes.is_deleting(p))
-    failed = sum(1 for p in pods if passes.phase(p) == "Failed")
+    active = sum(1 for p in pods if objects.phase_of(p) not in ("Succeeded", "Failed") and not objects.is_deleting(p))
+    failed = sum(1 for p in pods if objects.phase_of(p) == "Failed")
     if failed > previously_failed and active != total and 1 > limit:
         return True
     restarts = 0
@@ -175,7 +175,7 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
         if spec.restart_policy not in ("OnFailure", "Always", "ExitCode"):
             continue
         for pod in statuses.replica_pods(job, pods, rt).values():
-            if passes.phase(pod) != "Running":
+            if objects.phase_of(pod) != "Running":
                 continue
             status = pod.get("status") or {}
             for container in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
@@ -321,12 +321,12 @@ def decide(
         return decision
     for child in owned:
         key = (child.get("kind"), _name(child))
-        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not passes.is_deleting(child):
+        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not objects.is_deleting(child):
             decision.deletes.append(ChildRef.of(child, "scale-down"))
     restarting: list[str] = []
     for rt in job.specs():
         for pod in statuses.replica_pods(job, pods, rt).values():
-            if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
+            if statuses.restart_action(job, rt, pod) == "restart" and not objects.is_deleting(pod):
                 decision.deletes.append(ChildRef.of(pod, "restart"))
                 restarting.append(_pod_id(pod))
     counted = counted_pods(job)

@@ -27,7 +27,7 @@ import dataclasses
 from typing import Any
 
 from shared.api import common, elastic
-from shared.core import passes
+from shared.core.events import Event
 from shared.core.reconciling import ChildRef
 
 Manifest = common.Manifest
@@ -112,7 +112,7 @@ class Decision:
     scalers: list[ScalerUpdate] = dataclasses.field(default_factory=list)
     status: elastic.TrainingJobStatus | None = None
     """The job's status to write; None when it did not change."""
-    events: list[passes.Event] = dataclasses.field(default_factory=list)
+    events: list[Event] = dataclasses.field(default_factory=list)
     steps: list[Step] = dataclasses.field(default_factory=list)
     requeue_after: float | None = None
 

@@ -1,6 +1,6 @@
 """ScaleIn and ScaleOut: binding, selection, and the two algorithms (spec B.11–B.14).
 
-In: a ``passes.Pass`` of a TrainingJob in phase Running (selection) or
+In: a ``deciding.Pass`` of a TrainingJob in phase Running (selection) or
 Scaling (execution), or a scaler alone with its job or None (binding). Out:
 scaler and job status changes, creates, deletes and steps in the pass's
 decision.
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shared.api import elastic
+from shared.api import elastic, objects
+from shared.api.objects import labels_of, name_of
 from shared.core import owners
-from shared.core import passes as core_passes
 from shared.core.elastic import decisions, naming, planning, statuses, validating
-from shared.core.elastic.passes import Pass, labels_of, name_of
+from shared.core.elastic.deciding import Pass
 
 ScalerStatus = elastic.ScaleInStatus | elastic.ScaleOutStatus
 
@@ -255,7 +255,7 @@ def _run_script(p: Pass, scaler: elastic.Scaler, status: ScalerStatus, workers: 
 def _to_delete(p: Pass, scaler: elastic.ScaleIn) -> list[str]:
     """Which workers go: the named ones (each must exist) or the ``count`` with the highest
     indices. Raises ValueError with upstream's (or kto's) sentence."""
-    pods = naming.sorted_workers(p.job.name, [name_of(w) for w in p.workers() if not core_passes.is_deleting(w)])
+    pods = naming.sorted_workers(p.job.name, [name_of(w) for w in p.workers() if not objects.is_deleting(w)])
     wanted = scaler.spec.to_delete
     if wanted is not None and wanted.pod_names is not None:
         unknown = [name for name in wanted.pod_names if name not in pods]

@@ -14,8 +14,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
-from shared.api import common, elastic
-from shared.core import conditions, passes
+from shared.api import common, elastic, objects
+from shared.core import computations, conditions
 
 CREATED = conditions.CREATED
 RUNNING = conditions.RUNNING
@@ -121,12 +121,12 @@ def replica(status: elastic.ETStatus, replica_type: str) -> common.ReplicaStatus
     return status.replica_statuses.setdefault(replica_type, common.ReplicaStatus())
 
 
-def worker_counts(pods: Iterable[passes.Pod]) -> common.ReplicaStatus:
+def worker_counts(pods: Iterable[common.Manifest]) -> common.ReplicaStatus:
     """Upstream workerReplicaStatuses: Running → active, Succeeded, Failed (zeros left out,
     as Go's ``omitempty`` does)."""
-    counts = passes.Counts()
+    counts = computations.Counts()
     for pod in pods:
-        phase = passes.phase(pod)
+        phase = objects.phase_of(pod)
         if phase == "Running":
             counts.active += 1
         elif phase == "Succeeded":

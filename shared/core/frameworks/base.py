@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shared.api import common, jobs
-from shared.core import errors, naming, passes, settings
+from shared.core import computations, errors, naming, settings
 
 Manifest = common.Manifest
 EnvVar = dict[str, Any]
@@ -115,7 +115,7 @@ class Framework(Protocol):
         """Whether ``replicaStatuses`` carry the scale subresource's label selector (§4.4)."""
         ...
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         """The kind's Running / Succeeded / Failed / Restarting rules (§7), applied to
         a pass whose replica counts the engine has filled (``statuses.compute``)."""
         ...
@@ -137,7 +137,7 @@ def gang_scheduler_name(operator: settings.OperatorSettings) -> str:
 
 def ordered_replica_types(job: jobs.Job) -> list[str]:
     """The job's replica types: the kind's canonical order, then unknown types sorted."""
-    return passes.replica_order(job)
+    return computations.replica_order(job)
 
 
 def replicas(job: jobs.Job, replica_type: str, default: int = 1) -> int:
@@ -224,7 +224,7 @@ class GenericFramework(abc.ABC):
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool: ...
 
     @abc.abstractmethod
-    def status_rules(self, p: passes.Pass) -> None: ...
+    def status_rules(self, p: computations.Computation) -> None: ...
 
     @abc.abstractmethod
     def cluster_env(

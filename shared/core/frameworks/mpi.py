@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shared.api import jobs
-from shared.core import errors, naming, owners, passes, settings
+from shared.core import computations, errors, naming, owners, settings
 from shared.core.frameworks import base
 
 LAUNCHER = "Launcher"
@@ -226,10 +226,10 @@ def _config_volume(job: jobs.Job, items: list[base.Manifest]) -> base.Manifest:
     return {"name": CONFIG_VOLUME, "configMap": {"name": naming.mpi_config_name(job), "items": items}}
 
 
-def _status_rules(p: passes.Pass) -> None:
+def _status_rules(p: computations.Computation) -> None:
     """§7.7: only the launcher decides Running and Succeeded; reason MPIJobMPIJobFailed kept (wire-level)."""
     job = p.job
-    for rt in passes.replica_order(job):
+    for rt in computations.replica_order(job):
         c = p.counts[rt]
         if rt == "Launcher":
             if c.active > 0:
@@ -252,7 +252,7 @@ class MPI:
     has_services = False
     status_selector = False
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _status_rules(p)
 
     def replica_order(self, job: jobs.Job) -> list[str]:

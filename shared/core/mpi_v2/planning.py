@@ -26,8 +26,8 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shared.api import common, mpijobs
-from shared.core import naming, owners, passes, settings
+from shared.api import common, mpijobs, objects
+from shared.core import naming, owners, settings
 from shared.core.frameworks import base, mpi
 from shared.core.mpi_v2 import scheduling, sshkeys
 
@@ -153,7 +153,7 @@ def running_workers(job: mpijobs.MPIJob, pods: Sequence[Manifest]) -> list[str]:
     """Names of the worker pods in phase Running, sorted as strings (``-10`` before ``-2``)."""
     return sorted(
         str(pod["metadata"]["name"]) for pod in pods
-        if is_worker_pod(job, pod) and passes.phase(pod) == "Running"
+        if is_worker_pod(job, pod) and objects.phase_of(pod) == "Running"
     )
 
 

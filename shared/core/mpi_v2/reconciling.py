@@ -29,12 +29,12 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 
-from shared.api import common, mpijobs
-from shared.core import conditions, naming, owners, passes, reconciling, settings
+from shared.api import common, mpijobs, objects
+from shared.core import conditions, events, naming, owners, reconciling, settings
 from shared.core.mpi_v2 import defaulting, planning, scheduling, sshkeys, statuses, validating
 
 Manifest = common.Manifest
-Event = passes.Event
+Event = events.Event
 ChildRef = reconciling.ChildRef
 
 RESOURCE_EXISTS_REASON = "ErrResourceExists"
@@ -208,7 +208,7 @@ def _reconcile_workers(decision: Decision, job: mpijobs.MPIJob, found: Observed,
     if len(listed) > replicas:
         for pod in sorted(listed, key=_name):
             index = worker_index(job, pod)
-            if index is not None and index >= replicas and _ours(job, pod) and not passes.is_deleting(pod):
+            if index is not None and index >= replicas and _ours(job, pod) and not objects.is_deleting(pod):
                 decision.delete(pod, "scale-down", f"index {index} ≥ replicas {replicas}")
     workers: list[Manifest] = []
     for index in range(replicas):
@@ -238,15 +238,15 @@ def _clean_up_workers(decision: Decision, job: mpijobs.MPIJob, found: Observed,
             if not _ours(job, pod):
                 _foreign(decision, pod)
                 return False
-            if running_only and passes.phase(pod) not in ("Running", "Pending"):
+            if running_only and objects.phase_of(pod) not in ("Running", "Pending"):
                 continue
-            if not passes.is_deleting(pod):
+            if not objects.is_deleting(pod):
                 decision.delete(pod, reason, f"cleanPodPolicy {job.run_policy.clean_pod_policy}")
     if operator.gang_scheduling and found.pod_group is not None:
         if not _ours(job, found.pod_group):
             _foreign(decision, found.pod_group)
             return False
-        if not passes.is_deleting(found.pod_group):
+        if not objects.is_deleting(found.pod_group):
             decision.delete(found.pod_group, reason, "gang no longer needed")
     return True
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from shared.api import common, mpijobs
-from shared.core import conditions, passes
+from shared.api import common, mpijobs, objects
+from shared.core import computations, conditions, events
 from shared.core import statuses as job_statuses
 from shared.core.mpi_v2 import validating
 
 Manifest = common.Manifest
-Event = passes.Event
+Event = events.Event
 Outcome = job_statuses.Outcome
 """The new status and its Events (the v1 kinds' shape)."""
 
@@ -111,7 +111,7 @@ def failure(job: mpijobs.MPIJob, launcher: Manifest, launcher_pods: Sequence[Man
     if reason == BACKOFF_LIMIT_EXCEEDED:
         last: Manifest | None = None
         for pod in launcher_pods:
-            if passes.phase(pod) == "Failed" and (last is None or _created_at(last) < _created_at(pod)):
+            if objects.phase_of(pod) == "Failed" and (last is None or _created_at(last) < _created_at(pod)):
                 last = pod
         if last is not None:
             pod_status = last.get("status") or {}
@@ -143,8 +143,8 @@ def compute(
     replica_statuses = dict(status.replica_statuses or {})
     running_launchers = 0
     if launcher is not None:
-        running_launchers = sum(1 for pod in launcher_pods if passes.phase(pod) == "Running")
-        counts = passes.Counts(failed=int((launcher.get("status") or {}).get("failed") or 0))
+        running_launchers = sum(1 for pod in launcher_pods if objects.phase_of(pod) == "Running")
+        counts = computations.Counts(failed=int((launcher.get("status") or {}).get("failed") or 0))
         if launcher_succeeded(launcher):
             counts.succeeded = 1
             message = f"MPIJob {ns_name} successfully completed."
@@ -163,10 +163,10 @@ def compute(
             counts.active = running_launchers
         replica_statuses[mpijobs.LAUNCHER] = counts.to_status(None)
 
-    worker_counts = passes.Counts()
+    worker_counts = computations.Counts()
     evicted = 0
     for pod in workers:
-        phase = passes.phase(pod)
+        phase = objects.phase_of(pod)
         if phase == "Failed":
             worker_counts.failed += 1
             evicted += (pod.get("status") or {}).get("reason") == "Evicted"
