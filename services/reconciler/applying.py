@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared import keygen
-from shared.api import common, elastic, jobs
+from shared.api import common, elastic, jobs, objects
 from shared.bus import producing, records
 from shared.core import basis, conditions, kubeflow_v1, plans, reconciling, statuses, views
 from shared.core import events as child_events
@@ -154,7 +154,7 @@ class Applier:
             name = manifest["metadata"]["name"]
             written = await client.request("PUT", rt.path(key.namespace, name, "status"), body=manifest,
                                            route=f"{rt.plural}/status")
-            versions[(rt.kind, name)] = str((written.get("metadata") or {}).get("resourceVersion") or "")
+            versions[(rt.kind, name)] = objects.resource_version_of(written)
         for manifest in decision.updates:
             rt = resources.for_manifest(manifest)
             version = versions.get((rt.kind, manifest["metadata"]["name"]))
@@ -291,8 +291,7 @@ class Applier:
         """Publish the verdict (``job_failed`` / ``job_validation_failed``) once per
         process, with an id fixed by (job uid, verdict): a successor's repeat is a
         duplicate readers drop. For the audit trail: no worker acts on the record."""
-        uid = ((memory.view.job or {}).get("metadata") or {}).get("uid")
-        uid = str(uid) if uid is not None else None
+        uid = objects.uid_of(memory.view.job)
         if memory.announced == (uid, verdict.reason, verdict.message):
             return
         action = "job_validation_failed" if verdict.kind == "validation" else "job_failed"
@@ -357,7 +356,7 @@ class Applier:
         view = memory.view
         if not manifests:
             return
-        job_uid = str(((view.job or {}).get("metadata") or {}).get("uid", ""))
+        job_uid = objects.uid_of(view.job) or ""
         planned = [(resources.for_manifest(m), m) for m in manifests]
         await self._publisher.publish_many(
             self.decision(
@@ -474,10 +473,9 @@ class Applier:
         makes settle read afresh and decide again); the answer replaces the view. False if
         the job is gone."""
         view = memory.view
-        meta = (view.job or {}).get("metadata") or {}
         body: dict[str, Any] = {"metadata": {"annotations": annotations}}
-        if meta.get("resourceVersion"):
-            body["metadata"]["resourceVersion"] = str(meta["resourceVersion"])
+        if version := objects.resource_version_of(view.job):
+            body["metadata"]["resourceVersion"] = version
         try:
             patched = await client.patch(resources.JOB_TYPES[key.kind], key.namespace, key.name, body)
         except clients.ApiError as exc:
@@ -493,7 +491,7 @@ class Applier:
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, job: jobs.Job,
     ) -> None:
         view = memory.view
-        uid = ((view.job or {}).get("metadata") or {}).get("uid")
+        uid = objects.uid_of(view.job)
         try:
             await client.delete(resources.JOB_TYPES[key.kind], key.namespace, key.name, uid=uid)
         except clients.ApiError as exc:

@@ -16,6 +16,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from shared.api import objects
+
 MPI_KIND = "MPIJob"
 TTL_JOB_REASON_KINDS = frozenset({"TFJob", "XGBoostJob", "MPIJob"})
 """Kinds whose TTL deletion says ``SuccessfulDeleteJob``; the others say ``SuccessfulDeletePod`` (upstream's quirk, kept on the wire)."""
@@ -92,10 +94,9 @@ def pod_events(
     A mark names the pod incarnation, container and restart, so each is said once."""
     found: list[tuple[tuple[str, ...], Event]] = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
-        namespace = str(meta.get("namespace", ""))
+        name, uid = objects.name_of(pod), objects.uid_of(pod) or ""
+        namespace = objects.namespace_of(pod)
         containers = status.get("containerStatuses") or []
         for container in containers:
             terminated = (container.get("state") or {}).get("terminated")

@@ -29,10 +29,10 @@ import decimal
 import fractions
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared.api import common, jobs
+from shared.api import common, jobs, objects
 from shared.core import errors, frameworks, naming, owners
 from shared.core import settings as operator_settings
 from shared.core.frameworks import base
@@ -139,11 +139,10 @@ def desired_pod(
     framework = frameworks.for_job(job)
     replica = _replica_spec(job, replica_type)
     template = copy.deepcopy(replica.template)
-    template_meta = template.get("metadata") or {}
     spec: Manifest = template.get("spec") or {}
 
-    labels = {**(template_meta.get("labels") or {}), **framework.pod_labels(job, replica_type, index)}
-    annotations = dict(template_meta.get("annotations") or {})
+    labels = {**objects.labels_of(template), **framework.pod_labels(job, replica_type, index)}
+    annotations = objects.annotations_of(template)
 
     # 1. kind-specific cluster spec: env after the user's own, init containers after the template's.
     containers = spec.get("containers") or []
@@ -176,7 +175,7 @@ def desired_pod(
         owners.reference(job),
         labels=labels,
         annotations=annotations,
-        finalizers=list(template_meta.get("finalizers") or []),
+        finalizers=list(objects.meta(template).get("finalizers") or []),
     )
     # ownerReferences last, labels first: keep a stable, readable key order.
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -312,7 +311,7 @@ def desired_pod_group(
 
 def _observed_volcano_queue(job: jobs.Job, observed: Sequence[Manifest]) -> str:
     for child in observed:
-        metadata: Mapping[str, Any] = child.get("metadata") or {}
+        metadata = objects.meta(child)
         if (
             child.get("kind") == "PodGroup"
             and child.get("apiVersion") == VOLCANO_API_VERSION

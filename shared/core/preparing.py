@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import jobs
+from shared.api import jobs, objects
 from shared.core import conditions, defaulting, owners, statuses, validating
 
 Manifest = dict[str, Any]
@@ -34,7 +34,7 @@ class Prepared:
 
 def prepare(document: Manifest) -> Prepared | None:
     """``document`` prepared; None when it cannot even be read as a job of a known kind."""
-    version = str((document.get("metadata") or {}).get("resourceVersion") or "")
+    version = objects.resource_version_of(document)
     try:
         job = jobs.load(document)
     except jobs.LoadError as exc:

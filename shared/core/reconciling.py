@@ -45,10 +45,9 @@ class ChildRef:
 
     @classmethod
     def of(cls, manifest: Manifest, reason: str) -> ChildRef:
-        meta = manifest.get("metadata") or {}
         return cls(
-            str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")), str(meta.get("namespace", "")),
-            str(meta.get("name", "")), meta.get("uid"), reason,
+            str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")), objects.namespace_of(manifest),
+            objects.name_of(manifest), objects.uid_of(manifest), reason,
         )
 
 
@@ -81,8 +80,7 @@ def _of_kind(children: Sequence[Manifest], kind: str) -> list[Manifest]:
     return [c for c in children if c.get("kind") == kind]
 
 
-def _name(manifest: Manifest) -> str:
-    return str((manifest.get("metadata") or {}).get("name", ""))
+_name = objects.name_of
 
 
 def _delete_pods_and_services(
@@ -142,8 +140,7 @@ def counted_pods(job: jobs.Job) -> frozenset[str]:
 
 
 def _pod_id(pod: Manifest) -> str:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or meta.get("name") or "")
+    return objects.uid_of(pod) or objects.name_of(pod)
 
 
 def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:

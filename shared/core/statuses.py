@@ -118,7 +118,7 @@ def replica_pods(job: jobs.Job, pods: Sequence[Pod], replica_type: str) -> dict[
     buckets: dict[int, list[Pod]] = {}
     rt = replica_type.lower()
     for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        labels = objects.labels_of(pod)
         if labels.get(naming.LABEL_REPLICA_TYPE) != rt:
             continue
         try:

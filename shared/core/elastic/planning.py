@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import common, elastic
+from shared.api import common, elastic, objects
 from shared.core import owners
 from shared.core.elastic import naming
 from shared.core.elastic.settings import ElasticSettings
@@ -188,16 +188,15 @@ def _pod(job: elastic.TrainingJob, template: Manifest, name: str, labels: dict[s
     """A pod from a deep copy of ``template``: operator labels over the template's, restartPolicy
     Never. Returns the pod and its (mutable) spec."""
     tpl = copy.deepcopy(template)
-    meta = tpl.get("metadata") or {}
     spec: Manifest = tpl.get("spec") or {}
     spec["restartPolicy"] = "Never"
     extra: dict[str, Any] = {}
-    if meta.get("annotations"):
-        extra["annotations"] = meta["annotations"]
+    if annotations := objects.annotations_of(tpl):
+        extra["annotations"] = annotations
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(job, name, {**(meta.get("labels") or {}), **labels}, **extra),
+        "metadata": _metadata(job, name, {**objects.labels_of(tpl), **labels}, **extra),
         "spec": spec,
     }
     return pod, spec

@@ -101,10 +101,9 @@ def _owned(job: elastic.TrainingJob, children: Sequence[Manifest]) -> list[Manif
     secret = naming.secret_name(job)
     owned = []
     for child in children:
-        meta = child.get("metadata") or {}
-        if (meta.get("namespace") or "default") != job.namespace:
+        if (objects.namespace_of(child) or "default") != job.namespace:
             continue
-        if owners.controls(job, child) or (child.get("kind") == "Secret" and meta.get("name") == secret):
+        if owners.controls(job, child) or (child.get("kind") == "Secret" and name_of(child) == secret):
             owned.append(child)
     return owned
 

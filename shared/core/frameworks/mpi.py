@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.api import jobs
+from shared.api import jobs, objects
 from shared.core import computations, errors, naming, owners, settings
 from shared.core.frameworks import base
 
@@ -91,10 +91,9 @@ def _is_running_worker(job: jobs.Job, pod: Mapping[str, Any]) -> bool:
     """A Running worker pod of this job, controlled by it (upstream getRunningWorkerPods)."""
     if pod.get("kind", "Pod") != "Pod":
         return False
-    metadata = pod.get("metadata") or {}
-    if metadata.get("namespace", job.namespace) != job.namespace:
+    if (objects.namespace_of(pod) or job.namespace) != job.namespace:
         return False
-    labels = metadata.get("labels") or {}
+    labels = objects.labels_of(pod)
     wanted = {**naming.job_selector(job), naming.LABEL_REPLICA_TYPE: WORKER.lower()}
     if any(labels.get(key) != value for key, value in wanted.items()):
         return False
@@ -109,7 +108,7 @@ def discover_hosts_script(job: jobs.Job, observed: Sequence[Mapping[str, Any]]) 
     script = "#!/bin/sh"
     if is_gpu_launcher(job):
         script += f"\necho {naming.mpi_launcher_name(job)}:{n}\n"
-    names = sorted(str((pod.get("metadata") or {}).get("name", "")) for pod in observed if _is_running_worker(job, pod))
+    names = sorted(objects.name_of(pod) for pod in observed if _is_running_worker(job, pod))
     for name in names:
         script += f"\necho {name}:{n}"
     return script

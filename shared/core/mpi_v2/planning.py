@@ -142,10 +142,9 @@ def hostfile(job: mpijobs.MPIJob, operator: settings.OperatorSettings) -> str:
 
 def is_worker_pod(job: mpijobs.MPIJob, pod: Mapping[str, Any]) -> bool:
     """A pod of the job's namespace with the workers' three labels (any index, any owner)."""
-    metadata = pod.get("metadata") or {}
-    if pod.get("kind", "Pod") != "Pod" or metadata.get("namespace", job.namespace) != job.namespace:
+    if pod.get("kind", "Pod") != "Pod" or (objects.namespace_of(pod) or job.namespace) != job.namespace:
         return False
-    labels = metadata.get("labels") or {}
+    labels = objects.labels_of(pod)
     return all(labels.get(key) == value for key, value in role_labels(job, ROLE_WORKER).items())
 
 
@@ -288,9 +287,8 @@ def _template(job: mpijobs.MPIJob, replica_type: str, role: str, hostname: str,
     replica = job.replica(replica_type)
     assert replica is not None, f"validated jobs have a {replica_type} spec"
     template = copy.deepcopy(replica.template)
-    template_meta = template.get("metadata") or {}
-    labels = {**(template_meta.get("labels") or {}), **role_labels(job, role)}
-    annotations = dict(template_meta.get("annotations") or {})
+    labels = {**objects.labels_of(template), **role_labels(job, role)}
+    annotations = objects.annotations_of(template)
     spec: Manifest = template.get("spec") or {}
     scheduling.decorate(job, operator, labels, annotations, spec)
     spec["hostname"] = hostname

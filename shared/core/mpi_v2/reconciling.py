@@ -70,7 +70,7 @@ class Decision:
         return not (self.creates or self.status_updates or self.updates or self.deletes or self.status is not None)
 
     def _say(self, verb: str, manifest: Manifest, why: str) -> None:
-        meta = manifest.get("metadata") or {}
+        meta = objects.meta(manifest)
         self.steps.append(f"{verb} {manifest.get('kind')} {meta.get('namespace')}/{meta.get('name')}: {why}")
 
     def create(self, manifest: Manifest, why: str) -> None:
@@ -108,8 +108,7 @@ class Observed:
     """Pods the launcher Job controls."""
 
 
-def _name(manifest: Manifest) -> str:
-    return str((manifest.get("metadata") or {}).get("name", ""))
+_name = objects.name_of
 
 
 def _ours(job: mpijobs.MPIJob, child: Manifest) -> bool:
@@ -126,7 +125,7 @@ def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
         ("PodGroup", job.name): "pod_group",
     }
     for child in children:
-        if (child.get("metadata") or {}).get("namespace", job.namespace) != job.namespace:
+        if (objects.namespace_of(child) or job.namespace) != job.namespace:
             continue
         kind = child.get("kind")
         if kind == "Pod":
@@ -134,7 +133,7 @@ def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
         elif (kind, _name(child)) in wanted:
             setattr(found, wanted[(str(kind), _name(child))], child)
     if found.launcher is not None:
-        uid = (found.launcher.get("metadata") or {}).get("uid")
+        uid = objects.uid_of(found.launcher)
         found.launcher_pods = [
             pod for pod in found.pods.values() if owners.is_controlled_by(pod, "Job", planning.launcher_name(job), uid)
         ]

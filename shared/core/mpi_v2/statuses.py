@@ -98,8 +98,8 @@ def launcher_done(launcher: Manifest | None) -> bool:
 
 
 def _created_at(pod: Manifest) -> dt.datetime:
-    raw = (pod.get("metadata") or {}).get("creationTimestamp")
-    return common.parse_time(raw) if isinstance(raw, str) else dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    raw = objects.creation_timestamp_of(pod)
+    return common.parse_time(raw) if raw is not None else dt.datetime.min.replace(tzinfo=dt.timezone.utc)
 
 
 def failure(job: mpijobs.MPIJob, launcher: Manifest, launcher_pods: Sequence[Manifest]) -> tuple[str, str]:
