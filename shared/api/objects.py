@@ -92,6 +92,12 @@ def is_deleting(obj: object) -> bool:
     return deletion_timestamp_of(obj) is not None
 
 
+def spec_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's (or pod template's) ``spec`` itself; a fresh empty dict when it is not a mapping."""
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
 def phase_of(pod: Mapping[str, Any]) -> str:
     """``status.phase`` of a pod; ``Pending`` when unset."""
     return str((pod.get("status") or {}).get("phase") or "Pending")

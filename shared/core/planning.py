@@ -162,7 +162,7 @@ def desired_pod(
     # 4. gang scheduling decoration (§6.9).
     if settings.gang_scheduling:
         if not spec.get("schedulerName"):
-            spec["schedulerName"] = base.gang_scheduler_name(settings)
+            spec["schedulerName"] = settings.pod_scheduler_name
         if settings.volcano:
             annotations[VOLCANO_GROUP_NAME_ANNOTATION] = job.name
             annotations[VOLCANO_TASK_SPEC_ANNOTATION] = replica_type.lower()

@@ -21,7 +21,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from shared.api import common, jobs
+from shared.api import common, jobs, objects
 from shared.core import computations, errors, naming, settings
 
 Manifest = common.Manifest
@@ -32,7 +32,6 @@ RESTART_POLICY_MESSAGE = "Restart policy in pod template will be overwritten by 
 SCHEDULER_NAME_MESSAGE = (
     "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten"
 )
-VOLCANO_SCHEDULER_NAME = "volcano"
 
 
 class Framework(Protocol):
@@ -130,11 +129,6 @@ def env(name: str, value: str) -> EnvVar:
     return {"name": name, "value": value}
 
 
-def gang_scheduler_name(operator: settings.OperatorSettings) -> str:
-    """The scheduler name pods get in gang mode: ``volcano``, or the configured name."""
-    return VOLCANO_SCHEDULER_NAME if operator.volcano else operator.gang_scheduler_name
-
-
 def ordered_replica_types(job: jobs.Job) -> list[str]:
     """The job's replica types: the kind's canonical order, then unknown types sorted."""
     return computations.replica_order(job)
@@ -153,17 +147,12 @@ def total_replicas(job: jobs.Job) -> int:
     return sum(1 if spec.replicas is None else spec.replicas for spec in job.specs().values())
 
 
-def pod_spec(template: Manifest) -> Manifest:
-    spec = template.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
 def containers(job: jobs.Job, replica_type: str) -> list[Manifest]:
     """The containers of one replica type's template (empty when the type is absent)."""
     spec = job.specs().get(replica_type)
     if spec is None:
         return []
-    found = pod_spec(spec.template).get("containers")
+    found = objects.spec_of(spec.template).get("containers")
     return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
 
@@ -255,11 +244,11 @@ class GenericFramework(abc.ABC):
         most once per job and leaves when to record them to the reconciler.
         """
         warnings: list[tuple[str, str]] = []
-        templates = [pod_spec(spec.template) for spec in job.specs().values()]
+        templates = [objects.spec_of(spec.template) for spec in job.specs().values()]
         if any(t.get("restartPolicy") for t in templates):
             warnings.append(("SetPodTemplateRestartPolicy", RESTART_POLICY_MESSAGE))
         if operator.gang_scheduling:
-            name = gang_scheduler_name(operator)
+            name = operator.pod_scheduler_name
             if any(t.get("schedulerName") and t.get("schedulerName") != name for t in templates):
                 warnings.append(("SetPodTemplateSchedulerName", SCHEDULER_NAME_MESSAGE))
         return warnings
