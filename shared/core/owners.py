@@ -1,7 +1,8 @@
 """Ownership of children, the same for every job family (spec §4.3, A.8, B.6).
 
 In: a job of any family (an :class:`Owner`) and objects as plain dicts. Out:
-the controller owner reference each child carries, and whether an object is
+the controller owner reference each child carries (and a child's metadata
+around it), and whether an object is
 controlled by the job, by upstream's one rule (``metav1.IsControlledBy``):
 the object's controller reference — the first reference with
 ``controller: true`` — has the job's uid; while the job has no uid yet (a
@@ -29,6 +30,9 @@ class Owner(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def namespace(self) -> str: ...
+
 
 def reference(owner: Owner) -> dict[str, Any]:
     """The single controller owner reference every child carries; uid "" when unknown."""
@@ -40,6 +44,15 @@ def reference(owner: Owner) -> dict[str, Any]:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def child_metadata(owner: Owner, name: str, **fields: Any) -> dict[str, Any]:
+    """A child's metadata: its name, the owner's namespace, the ``fields`` that are set
+    (labels, annotations, finalizers, in the order given), and the owner reference last."""
+    metadata: dict[str, Any] = {"name": name, "namespace": owner.namespace}
+    metadata.update({key: value for key, value in fields.items() if value})
+    metadata["ownerReferences"] = [reference(owner)]
+    return metadata
 
 
 def controller_of(obj: object) -> Mapping[str, Any] | None:

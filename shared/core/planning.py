@@ -118,13 +118,6 @@ def _replica_spec(job: jobs.Job, replica_type: str) -> common.ReplicaSpec:
     return spec
 
 
-def _metadata(name: str, namespace: str, owner: Manifest, **extra: Any) -> Manifest:
-    metadata: Manifest = {"name": name, "namespace": namespace}
-    metadata.update({key: value for key, value in extra.items() if value})
-    metadata["ownerReferences"] = [owner]
-    return metadata
-
-
 def desired_pod(
     job: jobs.Job,
     replica_type: str,
@@ -169,10 +162,9 @@ def desired_pod(
         else:
             labels[SCHEDULER_PLUGINS_POD_GROUP_LABEL] = job.name
 
-    metadata = _metadata(
+    metadata = owners.child_metadata(
+        job,
         framework.pod_name(job, replica_type, index),
-        job.namespace,
-        owners.reference(job),
         labels=labels,
         annotations=annotations,
         finalizers=list(objects.meta(template).get("finalizers") or []),
@@ -209,9 +201,7 @@ def desired_service(job: jobs.Job, replica_type: str, index: int) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(
-            naming.service_name(job, replica_type, index), job.namespace, owners.reference(job), labels=labels
-        ),
+        "metadata": owners.child_metadata(job, naming.service_name(job, replica_type, index), labels=labels),
         "spec": {
             "clusterIP": "None",
             "selector": dict(labels),
@@ -289,9 +279,7 @@ def desired_pod_group(
         resources = dict(policy.min_resources)
     else:
         resources = min_resources(job, members)
-    metadata = _metadata(
-        job.name, job.namespace, owners.reference(job), annotations=dict(job.metadata.annotations or {})
-    )
+    metadata = owners.child_metadata(job, job.name, annotations=dict(job.metadata.annotations or {}))
     spec: Manifest = {"minMember": members}
     if settings.volcano:
         queue = _observed_volcano_queue(job, observed) or (policy.queue if policy and policy.queue else "")

@@ -150,12 +150,7 @@ def kubexec_script(job: elastic.TrainingJob) -> str:
 
 
 def _metadata(job: elastic.TrainingJob, name: str, labels: dict[str, str] | None, **extra: Any) -> Manifest:
-    meta: Manifest = {"name": name, "namespace": job.namespace}
-    if labels is not None:
-        meta["labels"] = labels
-    meta.update(extra)
-    meta["ownerReferences"] = [owners.reference(job)]
-    return meta
+    return owners.child_metadata(job, name, labels=labels, **extra)
 
 
 def _mount_ssh(pod_spec: Manifest, secret: str) -> None:

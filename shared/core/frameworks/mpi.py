@@ -105,12 +105,8 @@ def service_account_name(job: jobs.Job) -> str:
 
 
 def _metadata(job: jobs.Job, name: str) -> base.Manifest:
-    return {
-        "name": name,
-        "namespace": job.namespace,
-        "labels": naming.app_labels(job),
-        "ownerReferences": [owners.reference(job)],
-    }
+    """The metadata of the ConfigMap, ServiceAccount, Role and RoleBinding: ``app`` labels."""
+    return owners.child_metadata(job, name, labels=naming.app_labels(job))
 
 
 def desired_service_account(job: jobs.Job) -> base.Manifest | None:

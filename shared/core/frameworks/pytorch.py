@@ -125,11 +125,7 @@ def desired_hpa(job: jobs.Job) -> base.Manifest | None:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "ownerReferences": [owners.reference(job)],
-        },
+        "metadata": owners.child_metadata(job, job.name),
         "spec": spec,
     }
 

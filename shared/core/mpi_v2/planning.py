@@ -107,11 +107,7 @@ def worker_index_label(job: mpijobs.MPIJob, index: int) -> str:
 
 def _metadata(job: mpijobs.MPIJob, name: str, labels: Mapping[str, str],
               annotations: Mapping[str, str] | None = None) -> Manifest:
-    metadata: Manifest = {"name": name, "namespace": job.namespace, "labels": dict(labels)}
-    if annotations:
-        metadata["annotations"] = dict(annotations)
-    metadata["ownerReferences"] = [owners.reference(job)]
-    return metadata
+    return owners.child_metadata(job, name, labels=dict(labels), annotations=dict(annotations or {}))
 
 
 # ---------------------------------------------------------------------------
