@@ -33,6 +33,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from shared.api import objects
 from shared.bus import reading, records, replaying
 from shared.bus.errors import BusError
 from shared.bus.settings import KafkaSettings, SettingsError
@@ -99,9 +100,8 @@ def job_key(job: Any, defaults: Defaults = Defaults()) -> records.JobKey:
                 raise InvalidJob(job, str(exc)) from None
         name, namespace, kind = job, defaults.namespace, defaults.kind
     elif isinstance(job, Mapping):
-        metadata = job.get("metadata") or {}
-        name = str(metadata.get("name") or "")
-        namespace = str(metadata.get("namespace") or defaults.namespace)
+        name = objects.name_of(job)
+        namespace = objects.namespace_of(job) or defaults.namespace
         kind = str(job.get("kind") or defaults.kind)
     elif hasattr(job, "metadata"):  # an upstream model: KubeflowOrgV1PyTorchJob …
         metadata = job.metadata

@@ -194,6 +194,7 @@ async def _history(kafka: Any, key: str) -> list[Any]:
 
 
 def _history_lines(history: list[Any]) -> list[str]:
+    from shared.api import objects
     from shared.bus import records
 
     if not history:
@@ -203,7 +204,7 @@ def _history_lines(history: list[Any]) -> list[str]:
     for record in history:
         at = f"  {record.observed_at:%H:%M:%S.%f}"[:-3] + f"  +{(record.observed_at - first).total_seconds():6.3f}s"
         if isinstance(record, records.Observation):
-            meta = record.object.get("metadata") or {}
+            meta = objects.meta(record.object)
             phase = (record.object.get("status") or {}).get("phase")
             state = phase if record.object_kind == "Pod" else _job_state(record.object)
             target = f"{record.object_kind}/{meta.get('name', '?')}"
@@ -220,6 +221,7 @@ def _history_lines(history: list[Any]) -> list[str]:
 
 def _latency_lines(history: list[Any], kind: str) -> list[str]:
     """created → all pods created → all pods running → succeeded, from record timestamps."""
+    from shared.api import objects
     from shared.bus import records
 
     created: datetime.datetime | None = None
@@ -233,8 +235,7 @@ def _latency_lines(history: list[Any], kind: str) -> list[str]:
             if record.object_kind == kind and created is None and record.event == "ADDED":
                 created = record.observed_at
             if record.object_kind == "Pod" and record.event != "DELETED":
-                phases[str((record.object.get("metadata") or {}).get("name"))] = str(
-                    (record.object.get("status") or {}).get("phase") or "Pending")
+                phases[objects.name_of(record.object)] = objects.phase_of(record.object)
                 if (all_running is None and expected and expected <= phases.keys()
                         and all(phases[p] == "Running" for p in expected)):
                     all_running = record.observed_at

@@ -182,6 +182,7 @@ def when(ms: int) -> str:
 
 def _what(entry: Any) -> tuple[str, str, str]:
     """(source, event, detail) of one entry, for the table."""
+    from shared.api import objects
     from shared.bus import records
 
     record = entry.record
@@ -190,7 +191,7 @@ def _what(entry: Any) -> tuple[str, str, str]:
     source = f"{record.source}/{record.instance}" if record.instance else record.source
     if isinstance(record, records.Observation):
         obj = record.object if isinstance(record.object, dict) else {}
-        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+        meta = objects.meta(obj)
         status: dict[str, Any] = obj["status"] if isinstance(obj.get("status"), dict) else {}
         detail = f"{record.object_kind} {meta.get('name', '')}"
         phase = status.get("phase")
@@ -235,6 +236,7 @@ def _dict(entry: Any) -> dict[str, Any]:
 def timeline(entries: list[Any]) -> list[dict[str, Any]]:
     """One row per pod seen in ``entries`` (a job's, in log order): first observed, scheduled
     (nodeName), Running, restarts, end and last phase. Shared by ``--timeline`` and ``kto console``."""
+    from shared.api import objects
     from shared.bus import records
 
     pods: dict[str, dict[str, Any]] = {}
@@ -243,10 +245,9 @@ def timeline(entries: list[Any]) -> list[dict[str, Any]]:
         if not isinstance(record, records.Observation) or record.object_kind != "Pod":
             continue
         obj = record.object if isinstance(record.object, dict) else {}
-        meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        name = f"{meta.get('name', '')} ({str(meta.get('uid', ''))[:8]})"
+        name = f"{objects.name_of(obj)} ({(objects.uid_of(obj) or '')[:8]})"
         stamp = when(entry.timestamp_ms)
         row = pods.setdefault(name, {"pod": name, "created": stamp, "scheduled": "",
                                      "running": "", "restarts": 0, "finished": "", "phase": ""})

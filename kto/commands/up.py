@@ -151,6 +151,7 @@ async def _show(running: stack_module.Stack) -> None:
     """Every second: report dead children; print the jobs table when it changed."""
     import asyncio
 
+    from shared.api import objects
     from shared.kube import clients, resources
 
     kube: dict[str, clients.KubeClient] = {}
@@ -174,11 +175,10 @@ async def _show(running: stack_module.Stack) -> None:
                     except clients.ApiError:
                         continue  # a cluster that cannot answer shows its jobs again when it can
                     for item in items:
-                        meta = item.get("metadata") or {}
                         conditions = (item.get("status") or {}).get("conditions") or []
-                        rows.append([context, str(meta.get("namespace", "")), kind, str(meta.get("name", "")),
+                        rows.append([context, objects.namespace_of(item), kind, objects.name_of(item),
                                      str(conditions[-1].get("type", "")) if conditions else ""])
-                        created.append(_timestamp(meta.get("creationTimestamp")))
+                        created.append(_timestamp(objects.creation_timestamp_of(item)))
             if rows != last:
                 order = sorted(range(len(rows)), key=lambda i: rows[i])
                 table = [["CLUSTER", "NAMESPACE", "KIND", "NAME", "STATE", "AGE"]]

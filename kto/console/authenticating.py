@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from kto.console import reading
+from shared.api import objects
 from shared.kube import resources
 
 log = logging.getLogger("kto.console")
@@ -234,7 +235,7 @@ class Gate:
     async def visible(self, viewer: Viewer, jobs: Mapping[str, Sequence[Mapping[str, Any]]]
                       ) -> dict[str, list[Mapping[str, Any]]]:
         """``jobs`` (per cluster) less those of a kind and namespace ``viewer`` may not list."""
-        wanted = {(cluster, str((job.get("metadata") or {}).get("namespace") or ""), str(job.get("kind") or ""))
+        wanted = {(cluster, objects.namespace_of(job), str(job.get("kind") or ""))
                   for cluster, found in jobs.items() for job in found}
         ordered = sorted(wanted)
         kinds = sorted({(cluster, kind) for cluster, _, kind in ordered
@@ -252,6 +253,6 @@ class Gate:
         answers = await asyncio.gather(*(answered(self.may_list(viewer, *triple)) for triple in ordered))
         allowed = {triple for triple, yes in zip(ordered, answers) if yes}
         return {cluster: [job for job in found
-                          if (cluster, str((job.get("metadata") or {}).get("namespace") or ""),
+                          if (cluster, objects.namespace_of(job),
                               str(job.get("kind") or "")) in allowed]
                 for cluster, found in jobs.items()}

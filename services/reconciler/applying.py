@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from shared.api import jobs
+from shared.api import jobs, objects
 from shared.bus import producing, records
 from shared.core import basis, effects, families, plans, reconciling, statuses, views
 from shared.core import events as child_events
@@ -206,7 +206,7 @@ class Applier:
         written = await client.patch(rt, key.namespace, write.name,
                                      {"metadata": {"ownerReferences": [write.owner_reference]}})
         memory.view.observe_child(written, deleted=False)
-        versions[(write.kind, write.name)] = _version(written)
+        versions[(write.kind, write.name)] = objects.resource_version_of(written)
 
     async def _write_statuses(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
@@ -224,7 +224,7 @@ class Applier:
             written = await client.request("PUT", rt.path(key.namespace, write.name, "status"),
                                            body={**current, "status": status}, route=f"{rt.plural}/status")
             view.observe_child(written, deleted=False)
-            versions[(write.kind, write.name)] = _version(written)
+            versions[(write.kind, write.name)] = objects.resource_version_of(written)
 
     async def _warn(
         self, client: clients.KubeClient, memory: memories.KeyMemory, job: recording.Regarding,
@@ -254,8 +254,7 @@ class Applier:
         """Publish the verdict (``job_failed`` / ``job_validation_failed``) once per
         process, with an id fixed by (job uid, verdict): a successor's repeat is a
         duplicate readers drop. For the audit trail: no worker acts on the record."""
-        uid = ((memory.view.job or {}).get("metadata") or {}).get("uid")
-        uid = str(uid) if uid is not None else None
+        uid = objects.uid_of(memory.view.job)
         if memory.announced == (uid, verdict.reason, verdict.message):
             return
         action = "job_validation_failed" if verdict.kind == "validation" else "job_failed"
@@ -320,7 +319,7 @@ class Applier:
         view = memory.view
         if not manifests:
             return
-        job_uid = str(((view.job or {}).get("metadata") or {}).get("uid", ""))
+        job_uid = objects.uid_of(view.job) or ""
         planned = [(resources.for_manifest(m), m) for m in manifests]
         await self._publisher.publish_many(
             self.decision(
@@ -397,7 +396,7 @@ class Applier:
         updated.setdefault("apiVersion", rt.api_version)
         updated.setdefault("kind", rt.kind)
         view.observe_child(updated, deleted=False)
-        versions[(rt.kind, manifest["metadata"]["name"])] = _version(updated)
+        versions[(rt.kind, manifest["metadata"]["name"])] = objects.resource_version_of(updated)
         await self.say(key, memory, "child_updated", child_kind=rt.kind, child_name=manifest["metadata"]["name"])
 
     async def _delete(
@@ -444,10 +443,9 @@ class Applier:
         makes settle read afresh and decide again); the answer replaces the view. False if
         the job is gone."""
         view = memory.view
-        meta = (view.job or {}).get("metadata") or {}
         body: dict[str, Any] = {"metadata": {"annotations": annotations}}
-        if meta.get("resourceVersion"):
-            body["metadata"]["resourceVersion"] = str(meta["resourceVersion"])
+        if version := objects.resource_version_of(view.job):
+            body["metadata"]["resourceVersion"] = version
         try:
             patched = await client.patch(resources.JOB_TYPES[key.kind], key.namespace, key.name, body)
         except clients.ApiError as exc:
@@ -464,7 +462,7 @@ class Applier:
         job: recording.Regarding | None,
     ) -> None:
         view = memory.view
-        uid = ((view.job or {}).get("metadata") or {}).get("uid")
+        uid = objects.uid_of(view.job)
         try:
             await client.delete(resources.JOB_TYPES[key.kind], key.namespace, key.name, uid=uid)
         except clients.ApiError as exc:
@@ -482,7 +480,3 @@ class Applier:
             message=f"Deleted job: {key.name}",
         )
 
-
-def _version(written: dict[str, Any]) -> str:
-    """The resourceVersion an API write answered with."""
-    return str((written.get("metadata") or {}).get("resourceVersion") or "")

@@ -21,6 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from shared import keygen, metrics
+from shared.api import objects
 from shared.bus import producing, records
 from shared.core import effects, families, statuses, views
 from shared.kube import clients, connecting, hydrating, resources
@@ -169,11 +170,10 @@ class Reconciler:
         observation came (it was deleted while no watcher ran): say so on the
         topic, as an observation of this worker, so every consumer drops the job
         and the audit trail ends with its deletion."""
-        meta = job.get("metadata") or {}
         log.info("%s is gone from the API server without a DELETED observation; publishing one", key)
         await self._publisher.publish(records.Observation(
-            id=records.deterministic_id("reconciler", str(key), str(meta.get("uid") or ""), "DELETED"),
-            key=str(key), resource_version=str(meta.get("resourceVersion") or ""),
+            id=records.deterministic_id("reconciler", str(key), objects.uid_of(job) or "", "DELETED"),
+            key=str(key), resource_version=objects.resource_version_of(job),
             object_kind=key.kind, event="DELETED", object=job,
             source="reconciler", instance=self._settings.instance,
         ))

@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from shared.api import common, jobs
+from shared.api import common, jobs, objects
 from shared import metrics
 from shared.bus import producing, records
 from shared.core import basis, conditions, families, preparing, statuses, views
@@ -50,9 +50,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _uid(obj: dict[str, Any] | None) -> str | None:
-    value = ((obj or {}).get("metadata") or {}).get("uid")
-    return str(value) if value is not None else None
+_uid = objects.uid_of
 
 
 class StatusAggregator:
@@ -213,7 +211,7 @@ class StatusAggregator:
         family = families.REGISTRY.resolve(str(view.job.get("kind") or ""), view.job)
         if family is None:
             return None
-        version = str((view.job.get("metadata") or {}).get("resourceVersion") or "")
+        version = objects.resource_version_of(view.job)
         cached = self._prepared.get(id(view))
         if cached is not None and version and cached.version == version and cached.source is view.job:
             return cached
@@ -294,7 +292,7 @@ class StatusAggregator:
         await self._publisher.publish(
             records.Decision(
                 key=str(key), action="status_written", reason=latest.reason or "", message=latest.message or "",
-                resource_version=str((written.get("metadata") or {}).get("resourceVersion", "")),
+                resource_version=objects.resource_version_of(written),
                 detail={**preparing.status_detail(outcome), "basis": the_basis},
                 source="status", instance=self._settings.instance,
             )

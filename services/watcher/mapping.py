@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.bus import records
+from shared.api import objects
 from shared.core import families, naming
 
 LABEL_JOB_NAME = naming.LABEL_JOB_NAME
@@ -46,20 +47,19 @@ def is_job(obj: dict[str, Any]) -> bool:
 
 def job_key(cluster: str, obj: dict[str, Any]) -> records.JobKey | None:
     """The key of the job ``obj`` is (or belongs to), None if it belongs to none."""
-    metadata = obj.get("metadata") or {}
-    namespace = str(metadata.get("namespace") or "")
+    namespace = objects.namespace_of(obj)
     if is_job(obj):
-        return _key(cluster, namespace, str(obj["kind"]), str(metadata.get("name") or ""))
+        return _key(cluster, namespace, str(obj["kind"]), objects.name_of(obj))
     if (named := families.REGISTRY.job_of(obj)) is not None:
         # Keyed by a field of its own (a scaler by the TrainingJob it names, bound or not yet).
         job_kind, target = named
         return _key(cluster, namespace, job_kind, target) if target is not None else None
-    for ref in metadata.get("ownerReferences") or ():
-        if not isinstance(ref, dict) or not ref.get("controller"):
+    for ref in objects.owner_refs_of(obj):
+        if not ref.get("controller"):
             continue
         if families.REGISTRY.is_job(ref.get("apiVersion"), ref.get("kind")):
             return _key(cluster, namespace, str(ref["kind"]), str(ref.get("name") or ""))
-    labels = metadata.get("labels") or {}
+    labels = objects.labels_of(obj)
     kind = KIND_BY_CONTROLLER.get(str(labels.get(LABEL_OPERATOR_NAME) or ""))
     job_name = labels.get(LABEL_JOB_NAME)
     if kind is None or not job_name:

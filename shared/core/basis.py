@@ -22,6 +22,7 @@ import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from shared.api import objects
 from shared.core import views
 
 Manifest = dict[str, Any]
@@ -29,17 +30,15 @@ Version = tuple[str, str, str]
 """(kind, name, resourceVersion) of one object version."""
 
 def version_of(obj: Manifest) -> Version:
-    meta = obj.get("metadata") or {}
-    return (str(obj.get("kind", "")), str(meta.get("name", "")), str(meta.get("resourceVersion") or ""))
+    return (str(obj.get("kind", "")), objects.name_of(obj), objects.resource_version_of(obj))
 
 
 def _ref(obj: Manifest, logged: Callable[[Version], bool], terminating: bool = False) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
     kind, name, version = version_of(obj)
-    ref: dict[str, Any] = {"kind": kind, "name": name, "rv": version, "uid": str(meta.get("uid") or "")}
+    ref: dict[str, Any] = {"kind": kind, "name": name, "rv": version, "uid": objects.uid_of(obj) or ""}
     if terminating:
         ref["terminating"] = True
-        meta = {k: v for k, v in meta.items() if k != "deletionTimestamp"}
+        meta = {k: v for k, v in objects.meta(obj).items() if k != "deletionTimestamp"}
         obj = {**obj, "metadata": meta}
     if not version or not logged((kind, name, version)):
         ref["object"] = obj
@@ -96,7 +95,7 @@ def rebuild(basis: Mapping[str, Any], lookup: Callable[[Version], Manifest | Non
                 raise Unresolved(f"{key[0]} {key[1]} at resourceVersion {key[2]} is not on the log")
             obj = found
         if ref.get("terminating"):
-            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "deletionTimestamp": stamp}}
+            obj = {**obj, "metadata": {**objects.meta(obj), "deletionTimestamp": stamp}}
         return obj
 
     stamp = str(basis.get("now") or "")

@@ -1,14 +1,20 @@
-"""Job condition bookkeeping, exactly as upstream's ``pkg/util/status.go`` (spec §7.1).
+"""Job condition bookkeeping by each upstream project's own rules (spec §7.1, A.12.1, B.3).
 
-In: a JobStatus, the condition to set, and ``now``. Out: the same status,
-changed in place. The rules: Failed is terminal; same type+status+reason is a
-no-op; same status keeps lastTransitionTime; Running and Restarting replace
-each other; Succeeded/Failed flip a kept Running to False; the new condition
-goes to the end, so the last element is the latest transition.
+In: a JobStatus, the condition to set, ``now`` and the :class:`Rules` of the
+project whose status it is. Out: the same status, changed in place. What every
+project does: same type+status+reason is a no-op; same status keeps
+lastTransitionTime; the new condition goes to the end, so the last element is
+the latest transition. What differs sits in a rule table, one per project:
+:data:`KUBEFLOW_V1` (``pkg/util/status.go``: Failed is terminal; Running and
+Restarting replace each other; Succeeded/Failed flip a kept Running to False),
+:data:`MPI_OPERATOR` (a Failed condition is not terminal; Succeeded/Failed also
+flip a kept Failed to False) and :data:`ET_OPERATOR` (a changed message alone
+is a change; nothing replaces Running).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from shared.api import common
@@ -19,6 +25,39 @@ RESTARTING = "Restarting"
 SUCCEEDED = "Succeeded"
 SUSPENDED = "Suspended"
 FAILED = "Failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What one upstream project's condition helper does beyond the common rules."""
+
+    failed_is_terminal: bool
+    """Once ``Failed=True`` is present, nothing changes any more."""
+    message_counts: bool
+    """A condition of the same status and reason but another message is written again."""
+    replace_each_other: frozenset[str]
+    """Types of which a new one removes the others (Running and Restarting)."""
+    finished_switches_off: frozenset[str]
+    """Types a new Succeeded or Failed sets to False (kept in place)."""
+
+
+KUBEFLOW_V1 = Rules(
+    failed_is_terminal=True, message_counts=False,
+    replace_each_other=frozenset({RUNNING, RESTARTING}), finished_switches_off=frozenset({RUNNING}),
+)
+"""training-operator's ``pkg/util/status.go`` (kubeflow.org/v1)."""
+
+MPI_OPERATOR = Rules(
+    failed_is_terminal=False, message_counts=False,
+    replace_each_other=frozenset({RUNNING, RESTARTING}), finished_switches_off=frozenset({RUNNING, FAILED}),
+)
+"""mpi-operator's ``updateMPIJobConditions`` (kubeflow.org/v2beta1, A.12.1)."""
+
+ET_OPERATOR = Rules(
+    failed_is_terminal=True, message_counts=True,
+    replace_each_other=frozenset(), finished_switches_off=frozenset({RUNNING}),
+)
+"""et-operator's ``updateJobConditions`` (kai.alibabacloud.com, B.3)."""
 
 
 def find(status: common.JobStatus, type_: str) -> common.JobCondition | None:
@@ -46,25 +85,24 @@ def set_condition(
     reason: str,
     message: str,
     now: dt.datetime,
+    rules: Rules = KUBEFLOW_V1,
 ) -> bool:
-    """Set one condition by upstream's rules; return whether anything changed."""
-    if is_true(status, FAILED):
+    """Set one condition by ``rules`` (kubeflow.org/v1's by default); return whether anything changed."""
+    if rules.failed_is_terminal and is_true(status, FAILED):
         return False
     current = find(status, type_)
     transition = now
     if current is not None and current.status == status_value:
-        if current.reason == reason:
+        if current.reason == reason and (not rules.message_counts or current.message == message):
             return False
         transition = current.last_transition_time or now
+    replaced = rules.replace_each_other if type_ in rules.replace_each_other else frozenset()
+    switched_off = rules.finished_switches_off if type_ in (FAILED, SUCCEEDED) else frozenset()
     kept: list[common.JobCondition] = []
     for condition in status.conditions or []:
-        if condition.type == type_:
+        if condition.type == type_ or condition.type in replaced:
             continue
-        if type_ == RESTARTING and condition.type == RUNNING:
-            continue
-        if type_ == RUNNING and condition.type == RESTARTING:
-            continue
-        if type_ in (FAILED, SUCCEEDED) and condition.type == RUNNING and condition.status != "False":
+        if condition.type in switched_off and condition.status != "False":
             condition = condition.model_copy(update={"status": "False"})
         kept.append(condition)
     kept.append(

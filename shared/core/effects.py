@@ -35,7 +35,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from shared.api import common
+from shared.api import common, objects
 from shared.core import plans, statuses
 
 Manifest = common.Manifest
@@ -56,10 +56,9 @@ class ChildRef:
 
     @classmethod
     def of(cls, manifest: Manifest, reason: str) -> ChildRef:
-        meta = manifest.get("metadata") or {}
         return cls(
-            str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")), str(meta.get("namespace", "")),
-            str(meta.get("name", "")), meta.get("uid"), reason,
+            str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")), objects.namespace_of(manifest),
+            objects.name_of(manifest), objects.uid_of(manifest), reason,
         )
 
 
@@ -278,15 +277,14 @@ class Effects:
 
 def subject_of(manifest: Manifest) -> str:
     """How a step names an object: ``Kind namespace/name``."""
-    meta = manifest.get("metadata") or {}
-    return f"{manifest.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    return f"{manifest.get('kind')} {objects.namespace_of(manifest)}/{objects.name_of(manifest)}"
 
 
 def failed_validation(document: Manifest, problem: object) -> Effects:
     """A job that does not load as its kind: nothing is made for it, and the verdict the
     status service reaches from the job alone is said on the topic (no act)."""
     kind = str(document.get("kind") or "")
-    name = str((document.get("metadata") or {}).get("name") or "")
+    name = objects.name_of(document)
     return Effects(announce=statuses.Verdict(
         f"{kind}FailedValidation", f"{kind} {name} failed validation because {problem}", "validation"))
 

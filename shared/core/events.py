@@ -1,7 +1,7 @@
 """Upstream's Events about a job's children (spec §9.2), as pure functions.
 
 In: what a worker did to a child (created, failed to create, deleted), or the pods
-it observes. Out: :class:`~shared.core.passes.Event` values with upstream's reasons
+it observes. Out: :class:`Event` values with upstream's reasons
 and messages — the reconciler's ``SuccessfulCreatePod``, ``SuccessfulCreateService``,
 ``SuccessfulDeletePod`` … and the TTL deletion's event; the status worker's
 ``ExitedWithCode`` and the abnormal-pod warnings, each keyed by a *mark* so a worker
@@ -12,16 +12,26 @@ reconcile. Aggregating them into few writes is the recorder's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from shared.core.passes import Event
+from shared.api import objects
 
 MPI_KIND = "MPIJob"
 TTL_JOB_REASON_KINDS = frozenset({"TFJob", "XGBoostJob", "MPIJob"})
 """Kinds whose TTL deletion says ``SuccessfulDeleteJob``; the others say ``SuccessfulDeletePod`` (upstream's quirk, kept on the wire)."""
 
 _NOUNS = {"Pod": "pod", "Service": "service"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to record on the job."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
 
 
 def _launcher(name: str) -> bool:
@@ -84,10 +94,9 @@ def pod_events(
     A mark names the pod incarnation, container and restart, so each is said once."""
     found: list[tuple[tuple[str, ...], Event]] = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
-        namespace = str(meta.get("namespace", ""))
+        name, uid = objects.name_of(pod), objects.uid_of(pod) or ""
+        namespace = objects.namespace_of(pod)
         containers = status.get("containerStatuses") or []
         for container in containers:
             terminated = (container.get("state") or {}).get("terminated")

@@ -18,7 +18,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
-from shared.api import common
+from shared.api import common, objects
 
 Manifest = dict[str, Any]
 ChildKey = tuple[str, str]
@@ -31,9 +31,7 @@ class _Pending:
     at: float
 
 
-def _uid(obj: Manifest) -> str | None:
-    value = (obj.get("metadata") or {}).get("uid")
-    return None if value is None else str(value)
+_uid = objects.uid_of
 
 
 @dataclasses.dataclass
@@ -94,9 +92,8 @@ class Expectations:
         result: list[Manifest] = []
         marked: set[ChildKey] = set()
         for child, obj in children:
-            meta = obj.get("metadata") or {}
-            if self.going(child, obj, now) and not meta.get("deletionTimestamp"):
-                obj = {**obj, "metadata": {**meta, "deletionTimestamp": common.format_time(wall)}}
+            if self.going(child, obj, now) and not objects.is_deleting(obj):
+                obj = {**obj, "metadata": {**objects.meta(obj), "deletionTimestamp": common.format_time(wall)}}
                 marked.add(child)
             result.append(obj)
         return result, marked

@@ -16,7 +16,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from shared.api import jobs, mpijobs
+from shared.api import jobs, mpijobs, objects
 from shared.core import admitting, basis, conditions, defaulting, effects, planning, plans, preparing, reconciling, statuses, validating
 from shared.core import settings as operator_settings
 
@@ -28,8 +28,7 @@ def previous_version(previous: Manifest | None, current: Manifest) -> jobs.Job |
     (same uid, another spec); None otherwise, or if it cannot be loaded."""
     if previous is None or previous is current:
         return None
-    before, now = previous.get("metadata") or {}, current.get("metadata") or {}
-    if before.get("uid") != now.get("uid") or previous.get("spec") == current.get("spec"):
+    if objects.uid_of(previous) != objects.uid_of(current) or previous.get("spec") == current.get("spec"):
         return None
     try:
         return jobs.load(previous)

@@ -1,4 +1,4 @@
-"""Names, labels, selectors and owner references of a job's children (spec §4.1–§4.4).
+"""Names, labels and selectors of a job's children (spec §4.1, §4.2, §4.4; owner references: ``owners``).
 
 In: a job (any kind), a replica type and an index. Out: the strings and small
 dicts that identify the job's pods, Services and other children, exactly as
@@ -7,8 +7,6 @@ created.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from shared.api import jobs
 
@@ -113,14 +111,3 @@ def replica_selector(job: jobs.Job, replica_type: str) -> str:
     labels[LABEL_REPLICA_TYPE] = replica_type.lower()
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
-
-def owner_reference(job: jobs.Job) -> dict[str, Any]:
-    """The single controller owner reference every child carries (§4.3); uid "" when unknown."""
-    return {
-        "apiVersion": jobs.API_VERSION,
-        "kind": job.KIND,
-        "name": job.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }

@@ -29,11 +29,11 @@ import decimal
 import fractions
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared.api import common, jobs
-from shared.core import errors, frameworks, naming
+from shared.api import common, jobs, objects
+from shared.core import errors, frameworks, naming, owners
 from shared.core import settings as operator_settings
 from shared.core.frameworks import base
 
@@ -118,13 +118,6 @@ def _replica_spec(job: jobs.Job, replica_type: str) -> common.ReplicaSpec:
     return spec
 
 
-def _metadata(name: str, namespace: str, owner: Manifest, **extra: Any) -> Manifest:
-    metadata: Manifest = {"name": name, "namespace": namespace}
-    metadata.update({key: value for key, value in extra.items() if value})
-    metadata["ownerReferences"] = [owner]
-    return metadata
-
-
 def desired_pod(
     job: jobs.Job,
     replica_type: str,
@@ -139,11 +132,10 @@ def desired_pod(
     framework = frameworks.for_job(job)
     replica = _replica_spec(job, replica_type)
     template = copy.deepcopy(replica.template)
-    template_meta = template.get("metadata") or {}
     spec: Manifest = template.get("spec") or {}
 
-    labels = {**(template_meta.get("labels") or {}), **framework.pod_labels(job, replica_type, index)}
-    annotations = dict(template_meta.get("annotations") or {})
+    labels = {**objects.labels_of(template), **framework.pod_labels(job, replica_type, index)}
+    annotations = objects.annotations_of(template)
 
     # 1. kind-specific cluster spec: env after the user's own, init containers after the template's.
     containers = spec.get("containers") or []
@@ -163,20 +155,19 @@ def desired_pod(
     # 4. gang scheduling decoration (§6.9).
     if settings.gang_scheduling:
         if not spec.get("schedulerName"):
-            spec["schedulerName"] = base.gang_scheduler_name(settings)
+            spec["schedulerName"] = settings.pod_scheduler_name
         if settings.volcano:
             annotations[VOLCANO_GROUP_NAME_ANNOTATION] = job.name
             annotations[VOLCANO_TASK_SPEC_ANNOTATION] = replica_type.lower()
         else:
             labels[SCHEDULER_PLUGINS_POD_GROUP_LABEL] = job.name
 
-    metadata = _metadata(
+    metadata = owners.child_metadata(
+        job,
         framework.pod_name(job, replica_type, index),
-        job.namespace,
-        naming.owner_reference(job),
         labels=labels,
         annotations=annotations,
-        finalizers=list(template_meta.get("finalizers") or []),
+        finalizers=list(objects.meta(template).get("finalizers") or []),
     )
     # ownerReferences last, labels first: keep a stable, readable key order.
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -210,9 +201,7 @@ def desired_service(job: jobs.Job, replica_type: str, index: int) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(
-            naming.service_name(job, replica_type, index), job.namespace, naming.owner_reference(job), labels=labels
-        ),
+        "metadata": owners.child_metadata(job, naming.service_name(job, replica_type, index), labels=labels),
         "spec": {
             "clusterIP": "None",
             "selector": dict(labels),
@@ -290,9 +279,7 @@ def desired_pod_group(
         resources = dict(policy.min_resources)
     else:
         resources = min_resources(job, members)
-    metadata = _metadata(
-        job.name, job.namespace, naming.owner_reference(job), annotations=dict(job.metadata.annotations or {})
-    )
+    metadata = owners.child_metadata(job, job.name, annotations=dict(job.metadata.annotations or {}))
     spec: Manifest = {"minMember": members}
     if settings.volcano:
         queue = _observed_volcano_queue(job, observed) or (policy.queue if policy and policy.queue else "")
@@ -312,7 +299,7 @@ def desired_pod_group(
 
 def _observed_volcano_queue(job: jobs.Job, observed: Sequence[Manifest]) -> str:
     for child in observed:
-        metadata: Mapping[str, Any] = child.get("metadata") or {}
+        metadata = objects.meta(child)
         if (
             child.get("kind") == "PodGroup"
             and child.get("apiVersion") == VOLCANO_API_VERSION

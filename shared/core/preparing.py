@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import jobs
-from shared.core import conditions, defaulting, statuses, validating
+from shared.api import jobs, objects
+from shared.core import conditions, defaulting, owners, statuses, validating
 
 Manifest = dict[str, Any]
 
@@ -34,7 +34,7 @@ class Prepared:
 
 def prepare(document: Manifest) -> Prepared | None:
     """``document`` prepared; None when it cannot even be read as a job of a known kind."""
-    version = str((document.get("metadata") or {}).get("resourceVersion") or "")
+    version = objects.resource_version_of(document)
     try:
         job = jobs.load(document)
     except jobs.LoadError as exc:
@@ -66,7 +66,7 @@ def job_status(prepared: Prepared, children: Sequence[Manifest], now: Any, *,
         return job, statuses.compute(job, [], now, verdict)
     pods = [p for p in children if p.get("kind", "Pod") == "Pod"]
     defaulted = prepared.defaulted or defaulting.set_defaults(job)
-    owned = [p for p in pods if _controller_uid(p) in (job.metadata.uid, None) or not job.metadata.uid]
+    owned = [p for p in pods if owners.claims(job, p)]
     return job, statuses.compute(defaulted, owned, now, verdict)
 
 
@@ -88,9 +88,3 @@ def status_detail(outcome: statuses.Outcome) -> dict[str, Any]:
         "finished": conditions.is_finished(outcome.status),
     }
 
-
-def _controller_uid(pod: Manifest) -> str | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None

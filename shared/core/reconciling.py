@@ -20,8 +20,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import common, jobs
-from shared.core import conditions, defaulting, effects, naming, passes, planning, statuses, validating
+from shared.api import common, jobs, objects
+from shared.core import conditions, defaulting, effects, naming, owners, planning, statuses, validating
 from shared.core.settings import OperatorSettings
 
 Manifest = common.Manifest
@@ -32,27 +32,13 @@ UPDATABLE_KINDS = frozenset({"ConfigMap", "Role", "PodGroup", "HorizontalPodAuto
 REPLICA_CHILD_KINDS = frozenset({"Pod", "Service"})
 
 
-def owned_children(job: jobs.Job, children: Sequence[Manifest]) -> list[Manifest]:
-    """Children whose controller ownerReference is this job (by uid; by name when the job has no uid)."""
-    owned = []
-    for child in children:
-        for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
-            if not ref.get("controller") or ref.get("kind") != job.KIND:
-                continue
-            if (job.metadata.uid and ref.get("uid") == job.metadata.uid) or (
-                not job.metadata.uid and ref.get("name") == job.name
-            ):
-                owned.append(child)
-                break
-    return owned
 
 
 def _of_kind(children: Sequence[Manifest], kind: str) -> list[Manifest]:
     return [c for c in children if c.get("kind") == kind]
 
 
-def _name(manifest: Manifest) -> str:
-    return str((manifest.get("metadata") or {}).get("name", ""))
+_name = objects.name_of
 
 
 def _delete_pods_and_services(
@@ -66,23 +52,23 @@ def _delete_pods_and_services(
     by_name = {_name(s): s for s in services}
     refs: list[effects.ChildRef] = []
     for pod in pods:
-        if passes.is_deleting(pod):
+        if objects.is_deleting(pod):
             continue
-        if only_phases is not None and passes.phase(pod) not in only_phases:
+        if only_phases is not None and objects.phase_of(pod) not in only_phases:
             continue
         service = by_name.get(_name(pod))
-        if service is not None and not passes.is_deleting(service):
+        if service is not None and not objects.is_deleting(service):
             refs.append(effects.ChildRef.of(service, reason))
         refs.append(effects.ChildRef.of(pod, reason))
     # Level-triggered: a Service whose pod is gone or going (deleted by an earlier
     # pass cut short, by a restart, or by hand) is left over all the same.
-    live = {_name(p) for p in pods if not passes.is_deleting(p)}
-    refs += [effects.ChildRef.of(s, reason) for s in services if _name(s) not in live and not passes.is_deleting(s)]
+    live = {_name(p) for p in pods if not objects.is_deleting(p)}
+    refs += [effects.ChildRef.of(s, reason) for s in services if _name(s) not in live and not objects.is_deleting(s)]
     return refs
 
 
 def _children_to_drop(children: Sequence[Manifest], kinds: frozenset[str], reason: str) -> list[effects.ChildRef]:
-    return [effects.ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not passes.is_deleting(c)]
+    return [effects.ChildRef.of(c, reason) for c in children if c.get("kind") in kinds and not objects.is_deleting(c)]
 
 
 RESTARTS_ANNOTATION = "kto.dev/replica-restarts"
@@ -112,8 +98,7 @@ def counted_pods(job: jobs.Job) -> frozenset[str]:
 
 
 def _pod_id(pod: Manifest) -> str:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or meta.get("name") or "")
+    return objects.uid_of(pod) or objects.name_of(pod)
 
 
 def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
@@ -128,7 +113,7 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
     specs = job.specs()
     counted = counted_pods(job)
     if operator_restarts(job) >= limit and any(
-        statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod)
+        statuses.restart_action(job, rt, pod) == "restart" and not objects.is_deleting(pod)
         and _pod_id(pod) not in counted
         for rt in specs for pod in statuses.replica_pods(job, pods, rt).values()
     ):
@@ -136,8 +121,8 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
     total = sum(1 if s.replicas is None else s.replicas for s in specs.values())
     stored = job.status or common.JobStatus()
     previously_failed = sum(r.failed or 0 for r in (stored.replica_statuses or {}).values())
-    active = sum(1 for p in pods if passes.phase(p) not in ("Succeeded", "Failed") and not passes.is_deleting(p))
-    failed = sum(1 for p in pods if passes.phase(p) == "Failed")
+    active = sum(1 for p in pods if objects.phase_of(p) not in ("Succeeded", "Failed") and not objects.is_deleting(p))
+    failed = sum(1 for p in pods if objects.phase_of(p) == "Failed")
     if failed > previously_failed and active != total and 1 > limit:
         return True
     restarts = 0
@@ -145,7 +130,7 @@ def past_backoff_limit(job: jobs.Job, pods: Sequence[Manifest]) -> bool:
         if spec.restart_policy not in ("OnFailure", "Always", "ExitCode"):
             continue
         for pod in statuses.replica_pods(job, pods, rt).values():
-            if passes.phase(pod) != "Running":
+            if objects.phase_of(pod) != "Running":
                 continue
             status = pod.get("status") or {}
             for container in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
@@ -173,7 +158,7 @@ def _failed(job: jobs.Job, children: Sequence[Manifest], now: dt.datetime, decis
     """A job with a recorded failure verdict: every pod and Service goes whatever
     cleanPodPolicy says (§6.6, backoff / deadline row; a validation failure the
     same), the PodGroup too, then TTL. The job is not defaulted: it may be invalid."""
-    owned = owned_children(job, children)
+    owned = owners.owned(job, children)
     decision.deletes += _delete_pods_and_services(_of_kind(owned, "Pod"), _of_kind(owned, "Service"), "failed")
     decision.deletes += _children_to_drop(owned, frozenset({"PodGroup"}), "failed")
     _ttl(job, now, decision)
@@ -221,13 +206,13 @@ def decide(
         )
         # An update that failed validation (no child exists before a first
         # valid pass): the job fails as by backoff or deadline, all its pods go.
-        invalid_owned = owned_children(job, children)
+        invalid_owned = owners.owned(job, children)
         decision.deletes += _delete_pods_and_services(
             _of_kind(invalid_owned, "Pod"), _of_kind(invalid_owned, "Service"), "failed")
         decision.deletes += _children_to_drop(invalid_owned, frozenset({"PodGroup"}), "failed")
         return decision
     job = defaulting.set_defaults(job)
-    owned = owned_children(job, children)
+    owned = owners.owned(job, children)
     pods, services = _of_kind(owned, "Pod"), _of_kind(owned, "Service")
     podgroups = frozenset({"PodGroup"})
     status = job.status
@@ -291,12 +276,12 @@ def decide(
         return decision
     for child in owned:
         key = (child.get("kind"), _name(child))
-        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not passes.is_deleting(child):
+        if child.get("kind") in REPLICA_CHILD_KINDS and key not in desired_keys and not objects.is_deleting(child):
             decision.deletes.append(effects.ChildRef.of(child, "scale-down"))
     restarting: list[str] = []
     for rt in job.specs():
         for pod in statuses.replica_pods(job, pods, rt).values():
-            if statuses.restart_action(job, rt, pod) == "restart" and not passes.is_deleting(pod):
+            if statuses.restart_action(job, rt, pod) == "restart" and not objects.is_deleting(pod):
                 decision.deletes.append(effects.ChildRef.of(pod, "restart"))
                 restarting.append(_pod_id(pod))
     counted = counted_pods(job)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+VOLCANO_SCHEDULER_NAME = "volcano"
+
 
 @dataclasses.dataclass(frozen=True)
 class OperatorSettings:
@@ -35,4 +37,9 @@ class OperatorSettings:
 
     @property
     def volcano(self) -> bool:
-        return self.gang_scheduler_name.lower() == "volcano"
+        return self.gang_scheduler_name.lower() == VOLCANO_SCHEDULER_NAME
+
+    @property
+    def pod_scheduler_name(self) -> str:
+        """The ``schedulerName`` pods get in gang mode: ``volcano``, or the configured name."""
+        return VOLCANO_SCHEDULER_NAME if self.volcano else self.gang_scheduler_name

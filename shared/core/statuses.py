@@ -10,7 +10,7 @@ The engine here is written once for every kind (conditions bookkeeping,
 suspension, verdicts, replica counting, startTime, finished jobs); each kind's
 Running / Succeeded / Failed / Restarting rules are its framework plugin's
 ``status_rules`` hook (``shared/core/frameworks/<kind>.py``), working on a
-``passes.Pass``.
+``computations.Computation``.
 
 Where kto differs from upstream (docs/pipeline.md):
 * replica types are visited in a fixed order (the kind's canonical order), not
@@ -28,12 +28,12 @@ import json
 from collections.abc import Sequence
 from typing import Literal
 
-from shared.api import common, jobs
-from shared.core import conditions, frameworks, naming, passes
+from shared.api import common, jobs, objects
+from shared.core import computations, conditions, events, frameworks, naming
 
-Pod = passes.Pod
-Event = passes.Event
-"""An Event to record on the job (defined with the pass the rules fill)."""
+Pod = common.Manifest
+Event = events.Event
+"""An Event to record on the job."""
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
@@ -101,15 +101,15 @@ def restart_action(job: jobs.Job, replica_type: str, pod: Pod) -> Literal["resta
     for good (ExitCode with a code below 128); None: the kind's status rules decide.
     MPIJob never restarts pods (§6.13).
     """
-    if passes.phase(pod) != "Failed" or isinstance(job, jobs.MPIJob):
+    if objects.phase_of(pod) != "Failed" or isinstance(job, jobs.MPIJob):
         return None
     spec = job.specs().get(replica_type)
     policy = spec.restart_policy if spec is not None else None
     if policy in ("OnFailure", "Always"):
         return "restart"
     if policy == "ExitCode":
-        code = passes.default_exit_code(pod, job.DEFAULT_CONTAINER)
-        return "restart" if passes.is_retryable_exit_code(code) else "fail"
+        code = objects.default_exit_code(pod, job.DEFAULT_CONTAINER)
+        return "restart" if objects.is_retryable_exit_code(code) else "fail"
     return None
 
 
@@ -118,7 +118,7 @@ def replica_pods(job: jobs.Job, pods: Sequence[Pod], replica_type: str) -> dict[
     buckets: dict[int, list[Pod]] = {}
     rt = replica_type.lower()
     for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        labels = objects.labels_of(pod)
         if labels.get(naming.LABEL_REPLICA_TYPE) != rt:
             continue
         try:
@@ -140,9 +140,9 @@ def is_managed_externally(job: jobs.Job) -> bool:
     return managed_by is not None and managed_by != common.MANAGED_BY_KUBEFLOW
 
 
-def _count_generic(p: passes.Pass) -> None:
+def _count_generic(p: computations.Computation) -> None:
     job = p.job
-    for rt in passes.replica_order(job):
+    for rt in computations.replica_order(job):
         for _, pod in sorted(p.pods[rt].items()):
             action = restart_action(job, rt, pod)
             if action == "restart":
@@ -152,20 +152,20 @@ def _count_generic(p: passes.Pass) -> None:
                     f'job "{job.name}" is failing because "{rt}" replica(s) failed.',
                     event_type="Warning",
                 )
-            passes.count(pod, p.counts[rt])
+            computations.count(pod, p.counts[rt])
 
 
-def _count_mpi(p: passes.Pass) -> None:
+def _count_mpi(p: computations.Computation) -> None:
     """§6.13 step 6: the launcher counts as one; workers count only while the launcher is not done."""
     launcher = p.pods.get("Launcher", {}).get(0)
-    launcher_done = launcher is not None and passes.phase(launcher) in ("Succeeded", "Failed")
+    launcher_done = launcher is not None and objects.phase_of(launcher) in ("Succeeded", "Failed")
     if launcher is not None:
-        passes.count(launcher, p.counts["Launcher"])
+        computations.count(launcher, p.counts["Launcher"])
     if not launcher_done and "Worker" in p.counts:
         for pod in p.pods["Worker"].values():
-            current = passes.phase(pod)
+            current = objects.phase_of(pod)
             if current in ("Running", "Succeeded", "Failed"):
-                passes.count(pod, p.counts["Worker"])
+                computations.count(pod, p.counts["Worker"])
 
 
 def compute(
@@ -224,11 +224,11 @@ def compute(
         status.start_time = now
         events.append(Event("Normal", f"{kind}Resumed", message))
 
-    p = passes.Pass(
+    p = computations.Computation(
         job=job,
         status=status,
-        counts={rt: passes.Counts() for rt in passes.replica_order(job)},
-        pods={rt: replica_pods(job, pods, rt) for rt in passes.replica_order(job)},
+        counts={rt: computations.Counts() for rt in computations.replica_order(job)},
+        pods={rt: replica_pods(job, pods, rt) for rt in computations.replica_order(job)},
         now=now,
         events=events,
     )
@@ -249,7 +249,7 @@ def compute(
     framework.status_rules(p)
     status.replica_statuses = {
         rt: p.counts[rt].to_status(naming.replica_selector(job, rt) if framework.status_selector else None)
-        for rt in passes.replica_order(job)
+        for rt in computations.replica_order(job)
     }
     if conditions.is_true(status, conditions.SUCCEEDED):
         for replica in status.replica_statuses.values():

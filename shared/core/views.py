@@ -16,15 +16,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from shared.api import objects
+
 Manifest = dict[str, Any]
 ChildKey = tuple[str, str]
 """(kind, name) of a child object."""
 
 
 def _version(obj: Manifest) -> int | None:
-    raw = (obj.get("metadata") or {}).get("resourceVersion")
     try:
-        return int(str(raw))
+        return int(objects.resource_version_of(obj))
     except (TypeError, ValueError):
         return None
 
@@ -47,14 +48,13 @@ def relevant_state(obj: Manifest) -> tuple[Any, ...]:
     scheduled, or getting a new condition or IP, changes none of it. For any
     other child: every change counts (its resourceVersion).
     """
-    meta = obj.get("metadata") or {}
-    controllers = tuple(str(ref.get("uid")) for ref in meta.get("ownerReferences") or [] if ref.get("controller"))
+    controllers = tuple(str(ref.get("uid")) for ref in objects.owner_refs_of(obj) if ref.get("controller"))
     common = (
-        meta.get("uid"), bool(meta.get("deletionTimestamp")), tuple(sorted((meta.get("labels") or {}).items())),
+        objects.uid_of(obj), objects.is_deleting(obj), tuple(sorted(objects.labels_of(obj).items())),
         controllers,
     )
     if obj.get("kind", "Pod") != "Pod":
-        return (*common, meta.get("resourceVersion"))
+        return (*common, objects.resource_version_of(obj))
     status = obj.get("status") or {}
     containers = tuple(
         (c.get("name"), c.get("restartCount"), repr((c.get("state") or {}).get("terminated")))
@@ -63,19 +63,12 @@ def relevant_state(obj: Manifest) -> tuple[Any, ...]:
     return (*common, status.get("phase"), containers)
 
 
-def _uid(obj: Manifest | None) -> str | None:
-    value = ((obj or {}).get("metadata") or {}).get("uid")
-    return None if value is None else str(value)
-
-
-def _annotations(obj: Manifest) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return annotations if isinstance(annotations, dict) else {}
+_uid = objects.uid_of
+_annotations = objects.annotations_of
 
 
 def child_key(obj: Manifest) -> ChildKey:
-    return (str(obj.get("kind", "")), str((obj.get("metadata") or {}).get("name", "")))
+    return (str(obj.get("kind", "")), objects.name_of(obj))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +112,7 @@ class JobView:
 
     def note_logged(self, obj: Manifest, is_job: bool) -> None:
         """``obj`` came in a record: a basis may name this version of it by reference."""
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        version = objects.resource_version_of(obj)
         if not version:
             return
         key = child_key(obj)

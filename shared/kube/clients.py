@@ -29,6 +29,7 @@ from kubernetes_asyncio import config as k8s_config
 from opentelemetry import trace
 
 from shared import tracing
+from shared.api import objects
 from shared.kube import resources
 
 log = logging.getLogger(__name__)
@@ -471,9 +472,9 @@ class KubeClient:
                 item.setdefault("apiVersion", rt.api_version)
                 item.setdefault("kind", rt.kind)
                 items.append(item)
-            meta = page.get("metadata") or {}
+            meta = objects.meta(page)
             if not meta.get("continue"):
-                return items, str(meta.get("resourceVersion") or "")
+                return items, objects.resource_version_of(page)
             query["continue"] = meta["continue"]
 
     async def create(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:

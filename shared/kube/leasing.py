@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from shared.api import objects
 from shared.kube import clients, resources
 
 log = logging.getLogger("kto.kube.leasing")
@@ -212,7 +213,7 @@ class LeaderElector:
         if previous is not None and (previous.holder, previous.renew_time) == (holder, renew_time):
             changed_at = previous.changed_at
         observed = _Observed(
-            holder, renew_time, lease_duration, str((lease.get("metadata") or {}).get("resourceVersion") or ""),
+            holder, renew_time, lease_duration, objects.resource_version_of(lease),
             changed_at,
         )
         self._observed = observed
@@ -257,7 +258,7 @@ class LeaderElector:
             else:
                 new_spec = self._spec("", transitions + 1)
             body = dict(lease)
-            body["metadata"] = dict(lease.get("metadata") or {})
+            body["metadata"] = dict(objects.meta(lease))
             body["spec"] = {**spec, **new_spec}
             updated = await self._client.replace(resources.LEASES, self._namespace, body)
             self._observe(updated)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
-from shared.api import common
+from shared.api import common, objects
 from shared.core import statuses
 from shared.kube import clients, resources
 
@@ -132,7 +132,7 @@ class Recorder:
                     # Expired (Events live an hour by default): a new one.
             created = await client.create(resources.EVENTS, job.namespace,
                                           event_body(job, event, self._instance, now))
-            self._remember(key, str((created.get("metadata") or {}).get("name", "")), 1)
+            self._remember(key, objects.name_of(created), 1)
         except clients.ApiError as exc:
             log.warning("event %s for %s/%s not recorded: %s", event.reason, job.namespace, job.name, exc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.core import events
-from shared.core.passes import Event
+from shared.core.events import Event
 from shared.kube import recording
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.api import jobs
-from shared.core import naming
+from shared.core import naming, owners
 
 
 def make_job(kind: str = "TFJob", name: str = "dist", uid: str | None = "uid-1") -> jobs.Job:
@@ -107,7 +107,7 @@ def test_replica_selector_sorts_keys_and_joins_with_commas(kind: str, expected: 
     ("uid", "expected_uid"), [pytest.param("uid-1", "uid-1", id="with-uid"), pytest.param(None, "", id="no-uid")]
 )
 def test_owner_reference_is_a_blocking_controller_reference(uid: str | None, expected_uid: str) -> None:
-    assert naming.owner_reference(make_job("XGBoostJob", "xgb", uid)) == {
+    assert owners.reference(make_job("XGBoostJob", "xgb", uid)) == {
         "apiVersion": "kubeflow.org/v1",
         "kind": "XGBoostJob",
         "name": "xgb",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from shared.api import jobs
-from shared.core import conditions, naming, passes, statuses
+from shared.api import jobs, objects
+from shared.core import conditions, naming, statuses
 
 NOW = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
 
@@ -148,7 +148,7 @@ def test_exit_code_below_128_fails_the_job_with_the_upstream_message_and_a_compl
     [pytest.param(c, c >= 128, id=str(c)) for c in (1, 2, 3, 130, 138)],
 )
 def test_retryable_exit_codes(code: int, retryable: bool) -> None:
-    assert passes.is_retryable_exit_code(code) is retryable
+    assert objects.is_retryable_exit_code(code) is retryable
 
 
 def test_pytorch_master_decides_and_sets_the_scale_selector() -> None:

@@ -455,7 +455,7 @@ def needed(service: str) -> set[Rule]:
     for rt in resources.CHILD_TYPES:
         if rt.kind in updated:
             found |= _rules("cluster", rt, "update")
-    found |= _rules("cluster", resources.BATCH_JOBS, "update", subresource="status")  # mpi_v2 status_updates
+    found |= _rules("cluster", resources.BATCH_JOBS, "update", subresource="status")  # mpi_v2 child_writes (before_update)
     for rt in v1_kinds:  # restart count and failure verdict (merge patch), TTL delete
         found |= _rules("cluster", rt, "patch", "delete")
     found |= _rules("cluster", resources.TRAININGJOBS, "update", subresource="status")

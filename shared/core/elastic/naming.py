@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
-from shared.api import common, elastic
+from shared.api import elastic
 from shared.core import naming as core_naming
 
 LABEL_GROUP_NAME = "group-name"
@@ -107,30 +106,3 @@ def worker_selector(job: elastic.TrainingJob) -> str:
     labels = {**job_labels(job), LABEL_ROLE: ROLE_WORKER}
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
-
-def owner_reference(job: elastic.TrainingJob) -> dict[str, Any]:
-    """The controller owner reference every child (and a bound scaler) carries."""
-    return {
-        "apiVersion": elastic.API_VERSION,
-        "kind": elastic.TrainingJob.KIND,
-        "name": job.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def is_controlled_by(meta: common.ObjectMeta | dict[str, Any], job: elastic.TrainingJob) -> bool:
-    """Whether an object's controller ownerReference is this job: by uid, or by name when
-    the job has no uid yet (a dry run)."""
-    if isinstance(meta, common.ObjectMeta):
-        refs = [ref.dump() for ref in meta.owner_references or []]
-    else:
-        refs = list(meta.get("ownerReferences") or [])
-    for ref in refs:
-        if not ref.get("controller") or ref.get("kind") != elastic.TrainingJob.KIND:
-            continue
-        if job.metadata.uid:
-            return bool(ref.get("uid") == job.metadata.uid)
-        return bool(ref.get("name") == job.name)
-    return False

@@ -23,22 +23,18 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import common, elastic
+from shared.api import common, elastic, objects
+from shared.core import launchers, owners
 from shared.core.elastic import naming
 from shared.core.elastic.settings import ElasticSettings
 
 Manifest = common.Manifest
 
-HOSTFILE = "hostfile"
 DEEPSPEED_HOSTFILE = "deepspeed-hostfile"
-DISCOVER_HOSTS = "discover_hosts.sh"
-KUBEXEC = "kubexec.sh"
 HOSTFILE_DIR = "/etc/edl"
-HOSTFILE_PATH = f"{HOSTFILE_DIR}/{HOSTFILE}"
-CONFIG_DIR = "/etc/mpi"
-KUBECTL_DIR = "/opt/kube"
+HOSTFILE_PATH = f"{HOSTFILE_DIR}/{launchers.HOSTFILE}"
 DEEPSPEED_DIR = "/job"
-KUBEXEC_PATH = f"{CONFIG_DIR}/{KUBEXEC}"
+KUBEXEC_PATH = f"{launchers.CONFIG_MOUNT_PATH}/{launchers.KUBEXEC}"
 HOSTFILE_VOLUME = "training-job-hostfile"
 CONFIG_VOLUME = "training-job-config"
 KUBECTL_VOLUME = "training-job-kubectl"
@@ -49,23 +45,18 @@ SSH_ATTACH = "ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no"
 SSH_CONFIG = "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n"
 SSH_MOUNT_PATH = "/root/.ssh"
 SSH_SUB_PATH = ".ssh"
-HOSTFILE_MODE = 0o444
-SCRIPT_MODE = 0o555
 SSH_MODE = 0o600
 WORKER_PORTS = ({"name": "ssh-port", "port": 22}, {"name": "kubeai-service-port", "port": 9009})
 
 DISCOVER_HOSTS_SCRIPT = f"#!/bin/bash\nwhile read line\ndo\necho $line\ndone < {HOSTFILE_PATH}\n"
+_CONFIG, _HOSTS, _DISCOVER = launchers.CONFIG_MOUNT_PATH, launchers.HOSTFILE, launchers.DISCOVER_HOSTS
 _INIT_COMMAND = (
-    f"cp {CONFIG_DIR}/{HOSTFILE} {HOSTFILE_PATH} && chmod 600 {HOSTFILE_PATH} && "
-    f"cp {CONFIG_DIR}/{DISCOVER_HOSTS} {HOSTFILE_DIR}/{DISCOVER_HOSTS} && chmod +x {HOSTFILE_DIR}/{DISCOVER_HOSTS} && "
-    f"cp {CONFIG_DIR}/{DEEPSPEED_HOSTFILE} {DEEPSPEED_DIR}/{HOSTFILE} && chmod 600 {DEEPSPEED_DIR}/{HOSTFILE}"
+    f"cp {_CONFIG}/{_HOSTS} {HOSTFILE_PATH} && chmod 600 {HOSTFILE_PATH} && "
+    f"cp {_CONFIG}/{_DISCOVER} {HOSTFILE_DIR}/{_DISCOVER} && chmod +x {HOSTFILE_DIR}/{_DISCOVER} && "
+    f"cp {_CONFIG}/{DEEPSPEED_HOSTFILE} {DEEPSPEED_DIR}/{_HOSTS} && chmod 600 {DEEPSPEED_DIR}/{_HOSTS}"
 )
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """What a scaler's env name must be: it is ``export``-ed, unquoted, in the launcher's shell."""
-EXEC_VERBS = ("create", "get")
-"""``pods/exec`` verbs of the launcher Role: upstream's ``create`` (kubectl's SPDY exec is a
-POST) and ``get``, which the WebSocket exec of kubectl 1.31 and later is a GET of (since
-Kubernetes 1.35 the API server asks for both)."""
 _INIT_RESOURCES = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"}
 
 
@@ -103,11 +94,12 @@ def slots(job: elastic.TrainingJob) -> int:
 
 def hostfile(workers: Sequence[str], slot_count: int) -> str:
     """Elastic Horovod's hostfile: ``<worker>:<slots>`` per line."""
-    return "".join(f"{worker}:{slot_count}\n" for worker in workers)
+    return launchers.hostfile(workers, slot_count, launchers.COLON_LINE)
 
 
 def deepspeed_hostfile(workers: Sequence[str], slot_count: int) -> str:
-    return "".join(f"{worker} slots={slot_count}\n" for worker in workers)
+    """DeepSpeed's hostfile: ``<worker> slots=<slots>`` per line."""
+    return launchers.hostfile(workers, slot_count, launchers.SLOTS_LINE)
 
 
 def hostfile_script(workers: Sequence[str], slot_count: int) -> str:
@@ -147,10 +139,9 @@ def shut_down(job: elastic.TrainingJob, probe_output: str, workers: Sequence[str
 
 
 def kubexec_script(job: elastic.TrainingJob) -> str:
+    """``kubexec.sh``, into the first worker container."""
     container = _first_worker_container(job).get("name")
-    target = f" --container {shlex.quote(container)}" if isinstance(container, str) and container else ""
-    return (f"#!/bin/sh\nset -x\nPOD_NAME=$1\nshift\n{KUBECTL_DIR}/kubectl exec ${{POD_NAME}}{target}"
-            ' -- /bin/sh -c "$*"')
+    return launchers.kubexec_script(container if isinstance(container, str) else None)
 
 
 # ---------------------------------------------------------------------------
@@ -159,12 +150,7 @@ def kubexec_script(job: elastic.TrainingJob) -> str:
 
 
 def _metadata(job: elastic.TrainingJob, name: str, labels: dict[str, str] | None, **extra: Any) -> Manifest:
-    meta: Manifest = {"name": name, "namespace": job.namespace}
-    if labels is not None:
-        meta["labels"] = labels
-    meta.update(extra)
-    meta["ownerReferences"] = [naming.owner_reference(job)]
-    return meta
+    return owners.child_metadata(job, name, labels=labels, **extra)
 
 
 def _mount_ssh(pod_spec: Manifest, secret: str) -> None:
@@ -187,16 +173,15 @@ def _pod(job: elastic.TrainingJob, template: Manifest, name: str, labels: dict[s
     """A pod from a deep copy of ``template``: operator labels over the template's, restartPolicy
     Never. Returns the pod and its (mutable) spec."""
     tpl = copy.deepcopy(template)
-    meta = tpl.get("metadata") or {}
     spec: Manifest = tpl.get("spec") or {}
     spec["restartPolicy"] = "Never"
     extra: dict[str, Any] = {}
-    if meta.get("annotations"):
-        extra["annotations"] = meta["annotations"]
+    if annotations := objects.annotations_of(tpl):
+        extra["annotations"] = annotations
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(job, name, {**(meta.get("labels") or {}), **labels}, **extra),
+        "metadata": _metadata(job, name, {**objects.labels_of(tpl), **labels}, **extra),
         "spec": spec,
     }
     return pod, spec
@@ -238,10 +223,10 @@ def config_map(job: elastic.TrainingJob, workers: Sequence[str]) -> Manifest:
         "kind": "ConfigMap",
         "metadata": _metadata(job, naming.config_name(job), naming.app_labels(job)),
         "data": {
-            HOSTFILE: hostfile(workers, count),
+            launchers.HOSTFILE: hostfile(workers, count),
             DEEPSPEED_HOSTFILE: deepspeed_hostfile(workers, count),
-            DISCOVER_HOSTS: DISCOVER_HOSTS_SCRIPT,
-            KUBEXEC: kubexec_script(job),
+            launchers.DISCOVER_HOSTS: DISCOVER_HOSTS_SCRIPT,
+            launchers.KUBEXEC: kubexec_script(job),
         },
     }
 
@@ -262,8 +247,7 @@ def ssh_secret(job: elastic.TrainingJob, keys: KeyPair) -> Manifest:
 
 
 def service_account(job: elastic.TrainingJob) -> Manifest:
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _metadata(job, naming.launcher_name(job), naming.app_labels(job))}
+    return launchers.service_account(_metadata(job, naming.launcher_name(job), naming.app_labels(job)))
 
 
 def role(job: elastic.TrainingJob, workers: Sequence[str]) -> Manifest:
@@ -272,18 +256,10 @@ def role(job: elastic.TrainingJob, workers: Sequence[str]) -> Manifest:
     exec into every pod of the namespace). The reconciler keeps the names equal to the job's
     worker pods as they change (``reconciling``). The other rules as upstream writes them
     (``configmap``, singular, grants nothing)."""
-    rules: list[Manifest] = [{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}]
-    if workers:
-        rules.append({"verbs": list(EXEC_VERBS), "apiGroups": [""], "resources": ["pods/exec"],
-                      "resourceNames": naming.sorted_workers(job.name, list(workers))})
-    rules.append({"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"],
-                  "resourceNames": [naming.config_name(job)]})
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _metadata(job, naming.launcher_name(job), naming.app_labels(job)),
-        "rules": rules,
-    }
+    config_map_rule = {"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"],
+                       "resourceNames": [naming.config_name(job)]}
+    return launchers.role(_metadata(job, naming.launcher_name(job), naming.app_labels(job)),
+                          naming.sorted_workers(job.name, list(workers)), [config_map_rule])
 
 
 def exec_allowed(role_manifest: Manifest) -> frozenset[str] | None:
@@ -303,13 +279,7 @@ def exec_allowed(role_manifest: Manifest) -> frozenset[str] | None:
 
 def role_binding(job: elastic.TrainingJob) -> Manifest:
     name = naming.launcher_name(job)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _metadata(job, name, naming.app_labels(job)),
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": job.namespace}],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-    }
+    return launchers.role_binding(_metadata(job, name, naming.app_labels(job)), name, job.namespace)
 
 
 def launcher_pod(job: elastic.TrainingJob, settings: ElasticSettings) -> Manifest:
@@ -323,7 +293,7 @@ def launcher_pod(job: elastic.TrainingJob, settings: ElasticSettings) -> Manifes
         "volumeMounts": [
             {"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR},
             {"name": DEEPSPEED_VOLUME, "mountPath": DEEPSPEED_DIR},
-            {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR},
+            {"name": CONFIG_VOLUME, "mountPath": launchers.CONFIG_MOUNT_PATH},
         ],
         "command": ["sh", "-c", _INIT_COMMAND],
         "resources": {"limits": dict(_INIT_RESOURCES), "requests": dict(_INIT_RESOURCES)},
@@ -331,18 +301,18 @@ def launcher_pod(job: elastic.TrainingJob, settings: ElasticSettings) -> Manifes
     first = spec["containers"][0]
     first.setdefault("volumeMounts", []).extend([
         {"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR},
-        {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR},
-        {"name": KUBECTL_VOLUME, "mountPath": KUBECTL_DIR},
+        {"name": CONFIG_VOLUME, "mountPath": launchers.CONFIG_MOUNT_PATH},
+        {"name": KUBECTL_VOLUME, "mountPath": launchers.KUBECTL_MOUNT_PATH},
         {"name": DEEPSPEED_VOLUME, "mountPath": DEEPSPEED_DIR},
     ])
     if job.attach_mode == elastic.ATTACH_KUBEXEC:
         first.setdefault("env", []).append({"name": "OMPI_MCA_plm_rsh_agent", "value": KUBEXEC_PATH})
     spec["serviceAccountName"] = naming.launcher_name(job)
     items = [
-        {"key": HOSTFILE, "path": HOSTFILE, "mode": HOSTFILE_MODE},
-        {"key": DISCOVER_HOSTS, "path": DISCOVER_HOSTS, "mode": HOSTFILE_MODE},
-        {"key": KUBEXEC, "path": KUBEXEC, "mode": SCRIPT_MODE},
-        {"key": DEEPSPEED_HOSTFILE, "path": DEEPSPEED_HOSTFILE, "mode": HOSTFILE_MODE},
+        launchers.config_item(launchers.HOSTFILE, launchers.HOSTFILE_MODE),
+        launchers.config_item(launchers.DISCOVER_HOSTS, launchers.HOSTFILE_MODE),
+        launchers.config_item(launchers.KUBEXEC, launchers.SCRIPT_MODE),
+        launchers.config_item(DEEPSPEED_HOSTFILE, launchers.HOSTFILE_MODE),
     ]
     spec.setdefault("volumes", []).extend([
         {"name": HOSTFILE_VOLUME, "emptyDir": {}},

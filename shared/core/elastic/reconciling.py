@@ -38,11 +38,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 
-from shared.api import common, elastic
-from shared.core import effects
-from shared.core import passes as core_passes
+from shared.api import common, elastic, objects
+from shared.api.objects import name_of
+from shared.core import effects, owners
 from shared.core.elastic import decisions, defaulting, naming, planning, scaling, statuses, validating
-from shared.core.elastic.passes import NeedExec, Pass, name_of
+from shared.core.elastic.deciding import NeedExec, Pass
 from shared.core.elastic.settings import ElasticSettings
 
 Manifest = common.Manifest
@@ -101,10 +101,9 @@ def _owned(job: elastic.TrainingJob, children: Sequence[Manifest]) -> list[Manif
     secret = naming.secret_name(job)
     owned = []
     for child in children:
-        meta = child.get("metadata") or {}
-        if (meta.get("namespace") or "default") != job.namespace:
+        if (objects.namespace_of(child) or "default") != job.namespace:
             continue
-        if naming.is_controlled_by(meta, job) or (child.get("kind") == "Secret" and meta.get("name") == secret):
+        if owners.controls(job, child) or (child.get("kind") == "Secret" and name_of(child) == secret):
             owned.append(child)
     return owned
 
@@ -177,7 +176,7 @@ def _provision(p: Pass) -> None:
 
 def _create_workers(p: Pass) -> None:
     job = p.job
-    terminating = [name_of(pod) for pod in p.of_kind("Pod") if core_passes.is_deleting(pod)]
+    terminating = [name_of(pod) for pod in p.of_kind("Pod") if objects.is_deleting(pod)]
     if terminating:
         p.decision.step(decisions.STEP_WAITING, job.name, f"pods of the previous run still terminating: "
                         f"{', '.join(sorted(terminating))}")
@@ -211,7 +210,7 @@ def _wait_workers_running(p: Pass) -> None:
         message = f"trainingjob({job.namespace}/{job.name}) all workers ({len(running)}) are running"
     else:
         target = statuses.names(p.status.target_workers)
-        phases = {name_of(pod): core_passes.phase(pod) for pod in p.workers()}
+        phases = {name_of(pod): objects.phase_of(pod) for pod in p.workers()}
         if not target or any(phases.get(name) not in _CAME_UP for name in target):
             return
         _below_minimum(p, target, running)
@@ -254,7 +253,7 @@ def _sync_launcher(p: Pass) -> None:
                 status.completion_time = p.now
             _phase(p, statuses.FAILED, statuses.REASON_FAILED, message)
         return
-    phase = core_passes.phase(launcher)
+    phase = objects.phase_of(launcher)
     if phase == "Succeeded":
         message = f"job({job.namespace}/{job.name}) successfully completed."
         launcher_counts.succeeded = 1
@@ -285,7 +284,7 @@ def _follow_role(p: Pass) -> None:
     creates them, a removed worker gone from it in the pass that deletes it). A Role not
     observed is left to ``_create_launcher``: upstream makes it once, with the launcher."""
     current = p.child("Role", naming.launcher_name(p.job))
-    if current is None or core_passes.is_deleting(current):
+    if current is None or objects.is_deleting(current):
         return
     targets = p.exec_targets()
     wanted = planning.role(p.job, targets)["rules"]
@@ -309,7 +308,7 @@ def _phase(p: Pass, type_: str, reason: str, message: str) -> None:
 
 
 def _needs_restart(policy: str, pod: Manifest) -> bool:
-    phase = core_passes.phase(pod)
+    phase = objects.phase_of(pod)
     if policy == "Always":
         return phase in ("Failed", "Unknown", "Succeeded")
     if policy == "OnFailure":
@@ -329,9 +328,9 @@ def _sync_workers(p: Pass) -> None:
     assert status.replica_statuses is not None
     status.replica_statuses[statuses.WORKER] = statuses.worker_counts(pods)
     previous = statuses.names(status.current_workers)
-    running = naming.sorted_workers(job.name, [name_of(pod) for pod in pods if core_passes.phase(pod) == "Running"])
+    running = naming.sorted_workers(job.name, [name_of(pod) for pod in pods if objects.phase_of(pod) == "Running"])
     for pod in pods:
-        phase = core_passes.phase(pod)
+        phase = objects.phase_of(pod)
         if name_of(pod) in previous and phase in ("Failed", "Unknown", "Succeeded"):
             evicted = (pod.get("status") or {}).get("reason") == "Evicted"
             what = "are evicted" if evicted else f"phase is {phase}"

@@ -1,6 +1,6 @@
 """ScaleIn and ScaleOut: binding, selection, and the two algorithms (spec B.11–B.14).
 
-In: a ``passes.Pass`` of a TrainingJob in phase Running (selection) or
+In: a ``deciding.Pass`` of a TrainingJob in phase Running (selection) or
 Scaling (execution), or a scaler alone with its job or None (binding). Out:
 scaler and job status changes, creates, deletes and steps in the pass's
 decision.
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shared.api import elastic
-from shared.core import effects
-from shared.core import passes as core_passes
+from shared.api import elastic, objects
+from shared.api.objects import labels_of, name_of
+from shared.core import effects, owners
 from shared.core.elastic import decisions, naming, planning, statuses, validating
-from shared.core.elastic.passes import Pass, labels_of, name_of
+from shared.core.elastic.deciding import Pass
 
 ScalerStatus = elastic.ScaleInStatus | elastic.ScaleOutStatus
 
@@ -79,7 +79,7 @@ def bind_into(decision: effects.Effects, scaler: elastic.Scaler, job: elastic.Tr
                            f"Scaling job {scaler.full_name} created, match the training job {job.namespace}/{job.name}",
                            now)
     update = decision.child(elastic.API_VERSION, scaler.KIND, scaler.namespace, scaler.name)
-    update.owner_reference = naming.owner_reference(job)
+    update.owner_reference = owners.reference(job)
     update.status = status
     decision.step(decisions.STEP_SCALER_BOUND, scaler.full_name, f"bound to TrainingJob {job.namespace}/{job.name}")
     return True
@@ -101,7 +101,7 @@ def bind(scaler: elastic.Scaler, job: elastic.TrainingJob | None, now: dt.dateti
 def pending(p: Pass) -> list[elastic.Scaler]:
     """Unfinished scalers controlled by the job, not being deleted: ScaleOuts, then ScaleIns."""
     ordered = sorted(p.scalers, key=lambda s: (0 if isinstance(s, elastic.ScaleOut) else 1, s.name))
-    return [s for s in ordered if naming.is_controlled_by(s.metadata, p.job)
+    return [s for s in ordered if owners.controls(p.job, {"metadata": s.metadata.dump()})
             and not statuses.is_scale_finished(s.status) and not is_deleting(s)]
 
 
@@ -255,7 +255,7 @@ def _run_script(p: Pass, scaler: elastic.Scaler, status: ScalerStatus, workers: 
 def _to_delete(p: Pass, scaler: elastic.ScaleIn) -> list[str]:
     """Which workers go: the named ones (each must exist) or the ``count`` with the highest
     indices. Raises ValueError with upstream's (or kto's) sentence."""
-    pods = naming.sorted_workers(p.job.name, [name_of(w) for w in p.workers() if not core_passes.is_deleting(w)])
+    pods = naming.sorted_workers(p.job.name, [name_of(w) for w in p.workers() if not objects.is_deleting(w)])
     wanted = scaler.spec.to_delete
     if wanted is not None and wanted.pod_names is not None:
         unknown = [name for name in wanted.pod_names if name not in pods]

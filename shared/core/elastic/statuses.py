@@ -3,9 +3,9 @@
 In: an ``ETStatus`` (a TrainingJob's or a scaler's), a condition to set and
 ``now``; worker pods. Out: the status changed in place, and replica counts.
 
-The condition rules differ from the kubeflow ones (``shared.core.conditions``):
-nothing changes once ``Failed=True`` is present; a condition is unchanged
-only when status, reason **and** message are the same; adding ``Failed`` or
+The condition rules are et-operator's (``conditions.ET_OPERATOR``): nothing
+changes once ``Failed=True`` is present; a condition is unchanged only when
+status, reason **and** message are the same; adding ``Failed`` or
 ``Succeeded`` forces only ``Running`` to False; every condition is ``True``.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
-from shared.api import common, elastic
-from shared.core import conditions, passes
+from shared.api import common, elastic, objects
+from shared.core import computations, conditions
 
 CREATED = conditions.CREATED
 RUNNING = conditions.RUNNING
@@ -47,28 +47,9 @@ WORKER = "Worker"
 
 
 def set_condition(status: elastic.ETStatus, type_: str, reason: str, message: str, now: dt.datetime) -> bool:
-    """Set condition ``type_`` to True by upstream's et-operator rules; whether anything changed."""
-    if conditions.is_true(status, FAILED):
-        return False
-    current = conditions.find(status, type_)
-    transition = now
-    if current is not None and current.status == "True":
-        if current.reason == reason and current.message == message:
-            return False
-        transition = current.last_transition_time or now
-    kept = []
-    for condition in status.conditions or []:
-        if condition.type == type_:
-            continue
-        if type_ in (FAILED, SUCCEEDED) and condition.type == RUNNING:
-            condition = condition.model_copy(update={"status": "False"})
-        kept.append(condition)
-    kept.append(common.JobCondition(
-        type=type_, status="True", reason=reason, message=message,
-        last_update_time=now, last_transition_time=transition,
-    ))
-    status.conditions = kept
-    return True
+    """Set condition ``type_`` to True (every et-operator condition is) by upstream's rules
+    (``conditions.ET_OPERATOR``); whether anything changed."""
+    return conditions.set_condition(status, type_, "True", reason, message, now, conditions.ET_OPERATOR)
 
 
 def update(status: elastic.ETStatus, type_: str, reason: str, message: str, now: dt.datetime) -> None:
@@ -121,12 +102,12 @@ def replica(status: elastic.ETStatus, replica_type: str) -> common.ReplicaStatus
     return status.replica_statuses.setdefault(replica_type, common.ReplicaStatus())
 
 
-def worker_counts(pods: Iterable[passes.Pod]) -> common.ReplicaStatus:
+def worker_counts(pods: Iterable[common.Manifest]) -> common.ReplicaStatus:
     """Upstream workerReplicaStatuses: Running → active, Succeeded, Failed (zeros left out,
     as Go's ``omitempty`` does)."""
-    counts = passes.Counts()
+    counts = computations.Counts()
     for pod in pods:
-        phase = passes.phase(pod)
+        phase = objects.phase_of(pod)
         if phase == "Running":
             counts.active += 1
         elif phase == "Succeeded":

@@ -21,8 +21,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from shared.api import common, jobs
-from shared.core import errors, naming, passes, settings
+from shared.api import common, jobs, objects
+from shared.core import computations, errors, naming, settings
 
 Manifest = common.Manifest
 EnvVar = dict[str, Any]
@@ -32,7 +32,6 @@ RESTART_POLICY_MESSAGE = "Restart policy in pod template will be overwritten by 
 SCHEDULER_NAME_MESSAGE = (
     "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten"
 )
-VOLCANO_SCHEDULER_NAME = "volcano"
 
 
 class Framework(Protocol):
@@ -115,7 +114,7 @@ class Framework(Protocol):
         """Whether ``replicaStatuses`` carry the scale subresource's label selector (§4.4)."""
         ...
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         """The kind's Running / Succeeded / Failed / Restarting rules (§7), applied to
         a pass whose replica counts the engine has filled (``statuses.compute``)."""
         ...
@@ -130,14 +129,9 @@ def env(name: str, value: str) -> EnvVar:
     return {"name": name, "value": value}
 
 
-def gang_scheduler_name(operator: settings.OperatorSettings) -> str:
-    """The scheduler name pods get in gang mode: ``volcano``, or the configured name."""
-    return VOLCANO_SCHEDULER_NAME if operator.volcano else operator.gang_scheduler_name
-
-
 def ordered_replica_types(job: jobs.Job) -> list[str]:
     """The job's replica types: the kind's canonical order, then unknown types sorted."""
-    return passes.replica_order(job)
+    return computations.replica_order(job)
 
 
 def replicas(job: jobs.Job, replica_type: str, default: int = 1) -> int:
@@ -153,17 +147,12 @@ def total_replicas(job: jobs.Job) -> int:
     return sum(1 if spec.replicas is None else spec.replicas for spec in job.specs().values())
 
 
-def pod_spec(template: Manifest) -> Manifest:
-    spec = template.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
 def containers(job: jobs.Job, replica_type: str) -> list[Manifest]:
     """The containers of one replica type's template (empty when the type is absent)."""
     spec = job.specs().get(replica_type)
     if spec is None:
         return []
-    found = pod_spec(spec.template).get("containers")
+    found = objects.spec_of(spec.template).get("containers")
     return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
 
@@ -224,7 +213,7 @@ class GenericFramework(abc.ABC):
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool: ...
 
     @abc.abstractmethod
-    def status_rules(self, p: passes.Pass) -> None: ...
+    def status_rules(self, p: computations.Computation) -> None: ...
 
     @abc.abstractmethod
     def cluster_env(
@@ -255,11 +244,11 @@ class GenericFramework(abc.ABC):
         most once per job and leaves when to record them to the reconciler.
         """
         warnings: list[tuple[str, str]] = []
-        templates = [pod_spec(spec.template) for spec in job.specs().values()]
+        templates = [objects.spec_of(spec.template) for spec in job.specs().values()]
         if any(t.get("restartPolicy") for t in templates):
             warnings.append(("SetPodTemplateRestartPolicy", RESTART_POLICY_MESSAGE))
         if operator.gang_scheduling:
-            name = gang_scheduler_name(operator)
+            name = operator.pod_scheduler_name
             if any(t.get("schedulerName") and t.get("schedulerName") != name for t in templates):
                 warnings.append(("SetPodTemplateSchedulerName", SCHEDULER_NAME_MESSAGE))
         return warnings

@@ -10,14 +10,14 @@ happen here: indices are ints.
 from __future__ import annotations
 
 from shared.api import jobs
-from shared.core import naming, passes, settings
+from shared.core import computations, naming, settings
 from shared.core.frameworks import base
 
 WORKER = "Worker"
 PORT_NOT_EXPOSED = "default container port is not exposed"
 
 
-_STATUS_RULES = passes.master_or_worker_rules(
+_STATUS_RULES = computations.master_or_worker_rules(
     (), ("", ""),
     ("{kind} {ns}/{name} is running.", "{kind} {ns}/{name} successfully completed."), elastic_shortcut=False,
 )
@@ -28,7 +28,7 @@ class JAX(base.GenericFramework):
     kind = jobs.JAXJob.KIND
     status_selector = True
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _STATUS_RULES(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:

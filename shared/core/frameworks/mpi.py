@@ -15,31 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.api import jobs
-from shared.core import errors, naming, passes, settings
+from shared.api import jobs, objects
+from shared.core import computations, errors, launchers, naming, owners, settings
 from shared.core.frameworks import base
 
 LAUNCHER = "Launcher"
 WORKER = "Worker"
 
-CONFIG_VOLUME = "mpi-job-config"
-CONFIG_MOUNT_PATH = "/etc/mpi"
 KUBECTL_VOLUME = "mpi-job-kubectl"
-KUBECTL_MOUNT_PATH = "/opt/kube"
-KUBEXEC_SCRIPT = "kubexec.sh"
-HOSTFILE = "hostfile"
-DISCOVER_HOSTS_SCRIPT = "discover_hosts.sh"
 KUBECTL_DELIVERY = "kubectl-delivery"
-SCRIPT_MODE = 0o555
-HOSTFILE_MODE = 0o444
 
 INTEL_BOOTSTRAP = "I_MPI_HYDRA_BOOTSTRAP"
 INTEL_BOOTSTRAP_EXEC = "I_MPI_HYDRA_BOOTSTRAP_EXEC"
-
-EXEC_VERBS = ("create", "get")
-"""``pods/exec`` verbs of the launcher Role: ``create`` as upstream (kubectl's SPDY exec is a
-POST), and ``get``, which the WebSocket exec of kubectl 1.31 and later is a GET of (since
-Kubernetes 1.35 the API server asks for both)."""
 
 RESTART_POLICY_REASON = "SettedPodTemplateRestartPolicy"
 SCHEDULER_NAME_REASON = "SettedPodTemplateSchedulerName"
@@ -71,37 +58,31 @@ def is_gpu_launcher(job: jobs.Job) -> bool:
 
 
 def kubexec_script(job: jobs.Job) -> str:
-    """``kubexec.sh``: OpenMPI's rsh agent, ``kubectl exec`` into the named pod (no trailing newline)."""
-    command = f"{KUBECTL_MOUNT_PATH}/kubectl exec ${{POD_NAME}}"
-    main_container = _spec(job).main_container
-    if main_container:
-        command += f" --container {main_container}"
-    return f'#!/bin/sh\nset -x\nPOD_NAME=$1\nshift\n{command} -- /bin/sh -c "$*"'
+    """``kubexec.sh``: OpenMPI's rsh agent, ``kubectl exec`` into the named pod (into ``mainContainer``
+    when set)."""
+    return launchers.kubexec_script(_spec(job).main_container)
 
 
 def hostfile(job: jobs.Job) -> str:
-    """One ``<pod> slots=<n>`` line per worker (launcher first when it has a GPU), each ending in ``\\n``."""
-    n = slots(job)
-    lines = [f"{naming.mpi_launcher_name(job)} slots={n}\n"] if is_gpu_launcher(job) else []
-    lines += [f"{naming.mpi_worker_name(job, i)} slots={n}\n" for i in range(worker_replicas(job))]
-    return "".join(lines)
+    """One ``<pod> slots=<n>`` line per worker (launcher first when it has a GPU)."""
+    hosts = [naming.mpi_launcher_name(job)] if is_gpu_launcher(job) else []
+    hosts += [naming.mpi_worker_name(job, i) for i in range(worker_replicas(job))]
+    return launchers.hostfile(hosts, slots(job), launchers.SLOTS_LINE)
 
 
 def _is_running_worker(job: jobs.Job, pod: Mapping[str, Any]) -> bool:
     """A Running worker pod of this job, controlled by it (upstream getRunningWorkerPods)."""
     if pod.get("kind", "Pod") != "Pod":
         return False
-    metadata = pod.get("metadata") or {}
-    if metadata.get("namespace", job.namespace) != job.namespace:
+    if (objects.namespace_of(pod) or job.namespace) != job.namespace:
         return False
-    labels = metadata.get("labels") or {}
+    labels = objects.labels_of(pod)
     wanted = {**naming.job_selector(job), naming.LABEL_REPLICA_TYPE: WORKER.lower()}
     if any(labels.get(key) != value for key, value in wanted.items()):
         return False
     if (pod.get("status") or {}).get("phase") != "Running":
         return False
-    controllers = [ref for ref in metadata.get("ownerReferences") or [] if ref.get("controller")]
-    return bool(controllers) and controllers[0].get("uid", "") == (job.metadata.uid or "")
+    return owners.controls(job, pod)
 
 
 def discover_hosts_script(job: jobs.Job, observed: Sequence[Mapping[str, Any]]) -> str:
@@ -110,7 +91,7 @@ def discover_hosts_script(job: jobs.Job, observed: Sequence[Mapping[str, Any]]) 
     script = "#!/bin/sh"
     if is_gpu_launcher(job):
         script += f"\necho {naming.mpi_launcher_name(job)}:{n}\n"
-    names = sorted(str((pod.get("metadata") or {}).get("name", "")) for pod in observed if _is_running_worker(job, pod))
+    names = sorted(objects.name_of(pod) for pod in observed if _is_running_worker(job, pod))
     for name in names:
         script += f"\necho {name}:{n}"
     return script
@@ -119,25 +100,21 @@ def discover_hosts_script(job: jobs.Job, observed: Sequence[Mapping[str, Any]]) 
 def service_account_name(job: jobs.Job) -> str:
     """The launcher template's ``serviceAccountName``, else ``<job>-launcher``."""
     spec = job.specs().get(LAUNCHER)
-    given = base.pod_spec(spec.template).get("serviceAccountName") if spec is not None else None
+    given = objects.spec_of(spec.template).get("serviceAccountName") if spec is not None else None
     return str(given) if given else naming.mpi_launcher_name(job)
 
 
 def _metadata(job: jobs.Job, name: str) -> base.Manifest:
-    return {
-        "name": name,
-        "namespace": job.namespace,
-        "labels": naming.app_labels(job),
-        "ownerReferences": [naming.owner_reference(job)],
-    }
+    """The metadata of the ConfigMap, ServiceAccount, Role and RoleBinding: ``app`` labels."""
+    return owners.child_metadata(job, name, labels=naming.app_labels(job))
 
 
 def desired_service_account(job: jobs.Job) -> base.Manifest | None:
     """ServiceAccount ``<job>-launcher``; None when the launcher template names its own (used as is)."""
     spec = job.specs().get(LAUNCHER)
-    if spec is not None and base.pod_spec(spec.template).get("serviceAccountName"):
+    if spec is not None and objects.spec_of(spec.template).get("serviceAccountName"):
         return None
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(job, naming.mpi_launcher_name(job))}
+    return launchers.service_account(_metadata(job, naming.mpi_launcher_name(job)))
 
 
 def desired_config_map(job: jobs.Job, observed: Sequence[Mapping[str, Any]] = ()) -> base.Manifest:
@@ -147,9 +124,9 @@ def desired_config_map(job: jobs.Job, observed: Sequence[Mapping[str, Any]] = ()
         "kind": "ConfigMap",
         "metadata": _metadata(job, naming.mpi_config_name(job)),
         "data": {
-            DISCOVER_HOSTS_SCRIPT: discover_hosts_script(job, observed),
-            HOSTFILE: hostfile(job),
-            KUBEXEC_SCRIPT: kubexec_script(job),
+            launchers.DISCOVER_HOSTS: discover_hosts_script(job, observed),
+            launchers.HOSTFILE: hostfile(job),
+            launchers.KUBEXEC: kubexec_script(job),
         },
     }
 
@@ -158,35 +135,21 @@ def desired_role(job: jobs.Job) -> base.Manifest:
     """Role ``<job>-launcher``: read pods; ``pods/exec`` only into this job's workers, each
     named. With no workers there is no ``pods/exec`` rule at all: upstream leaves
     ``resourceNames`` empty then, which grants exec into every pod of the namespace."""
-    rules: list[base.Manifest] = [{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}]
     workers = [naming.mpi_worker_name(job, i) for i in range(worker_replicas(job))]
-    if workers:
-        rules.append({"verbs": list(EXEC_VERBS), "apiGroups": [""], "resources": ["pods/exec"], "resourceNames": workers})
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _metadata(job, naming.mpi_launcher_name(job)),
-        "rules": rules,
-    }
+    return launchers.role(_metadata(job, naming.mpi_launcher_name(job)), workers)
 
 
 def desired_role_binding(job: jobs.Job) -> base.Manifest:
     """RoleBinding ``<job>-launcher``: the launcher's ServiceAccount → Role ``<job>-launcher``."""
-    name = naming.mpi_launcher_name(job)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _metadata(job, name),
-        "subjects": [{"kind": "ServiceAccount", "name": service_account_name(job), "namespace": job.namespace}],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-    }
+    metadata = _metadata(job, naming.mpi_launcher_name(job))
+    return launchers.role_binding(metadata, service_account_name(job), job.namespace)
 
 
 def launcher_env(job: jobs.Job, user_env: Sequence[Mapping[str, Any]]) -> list[base.EnvVar]:
     """Env appended to the launcher's first container; Intel MPI vars only if ``user_env`` lacks them."""
     out = [
-        base.env("OMPI_MCA_plm_rsh_agent", f"{CONFIG_MOUNT_PATH}/{KUBEXEC_SCRIPT}"),
-        base.env("OMPI_MCA_orte_default_hostfile", f"{CONFIG_MOUNT_PATH}/{HOSTFILE}"),
+        base.env("OMPI_MCA_plm_rsh_agent", f"{launchers.CONFIG_MOUNT_PATH}/{launchers.KUBEXEC}"),
+        base.env("OMPI_MCA_orte_default_hostfile", f"{launchers.CONFIG_MOUNT_PATH}/{launchers.HOSTFILE}"),
     ]
     if not is_gpu_launcher(job):
         # Keep a CPU launcher off the node's GPUs whatever the runtime would expose.
@@ -195,7 +158,7 @@ def launcher_env(job: jobs.Job, user_env: Sequence[Mapping[str, Any]]) -> list[b
     if INTEL_BOOTSTRAP not in defined:
         out.append(base.env(INTEL_BOOTSTRAP, "rsh"))
     if INTEL_BOOTSTRAP_EXEC not in defined:
-        out.append(base.env(INTEL_BOOTSTRAP_EXEC, f"{CONFIG_MOUNT_PATH}/{KUBEXEC_SCRIPT}"))
+        out.append(base.env(INTEL_BOOTSTRAP_EXEC, f"{launchers.CONFIG_MOUNT_PATH}/{launchers.KUBEXEC}"))
     return out
 
 
@@ -206,10 +169,10 @@ def kubectl_delivery(job: jobs.Job, operator: settings.OperatorSettings) -> base
         "name": KUBECTL_DELIVERY,
         "image": operator.mpi_kubectl_delivery_image,
         "imagePullPolicy": "IfNotPresent",
-        "env": [base.env("TARGET_DIR", KUBECTL_MOUNT_PATH), base.env("NAMESPACE", job.namespace)],
+        "env": [base.env("TARGET_DIR", launchers.KUBECTL_MOUNT_PATH), base.env("NAMESPACE", job.namespace)],
         "volumeMounts": [
-            {"name": KUBECTL_VOLUME, "mountPath": KUBECTL_MOUNT_PATH},
-            {"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH},
+            {"name": KUBECTL_VOLUME, "mountPath": launchers.KUBECTL_MOUNT_PATH},
+            {"name": launchers.MPI_CONFIG_VOLUME, "mountPath": launchers.CONFIG_MOUNT_PATH},
         ],
         "resources": {"limits": dict(resources), "requests": dict(resources)},
     }
@@ -224,13 +187,13 @@ def _first_container(job: jobs.Job, replica_type: str, spec: base.Manifest) -> b
 
 
 def _config_volume(job: jobs.Job, items: list[base.Manifest]) -> base.Manifest:
-    return {"name": CONFIG_VOLUME, "configMap": {"name": naming.mpi_config_name(job), "items": items}}
+    return {"name": launchers.MPI_CONFIG_VOLUME, "configMap": {"name": naming.mpi_config_name(job), "items": items}}
 
 
-def _status_rules(p: passes.Pass) -> None:
+def _status_rules(p: computations.Computation) -> None:
     """§7.7: only the launcher decides Running and Succeeded; reason MPIJobMPIJobFailed kept (wire-level)."""
     job = p.job
-    for rt in passes.replica_order(job):
+    for rt in computations.replica_order(job):
         c = p.counts[rt]
         if rt == "Launcher":
             if c.active > 0:
@@ -253,7 +216,7 @@ class MPI:
     has_services = False
     status_selector = False
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _status_rules(p)
 
     def replica_order(self, job: jobs.Job) -> list[str]:
@@ -304,17 +267,17 @@ class MPI:
             if not spec.get("serviceAccountName"):
                 spec["serviceAccountName"] = naming.mpi_launcher_name(job)
             mounts += [
-                {"name": KUBECTL_VOLUME, "mountPath": KUBECTL_MOUNT_PATH},
-                {"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH},
+                {"name": KUBECTL_VOLUME, "mountPath": launchers.KUBECTL_MOUNT_PATH},
+                {"name": launchers.MPI_CONFIG_VOLUME, "mountPath": launchers.CONFIG_MOUNT_PATH},
             ]
             volumes += [
                 {"name": KUBECTL_VOLUME, "emptyDir": {}},
                 _config_volume(
                     job,
                     [
-                        {"key": KUBEXEC_SCRIPT, "path": KUBEXEC_SCRIPT, "mode": SCRIPT_MODE},
-                        {"key": HOSTFILE, "path": HOSTFILE, "mode": HOSTFILE_MODE},
-                        {"key": DISCOVER_HOSTS_SCRIPT, "path": DISCOVER_HOSTS_SCRIPT, "mode": SCRIPT_MODE},
+                        launchers.config_item(launchers.KUBEXEC, launchers.SCRIPT_MODE),
+                        launchers.config_item(launchers.HOSTFILE, launchers.HOSTFILE_MODE),
+                        launchers.config_item(launchers.DISCOVER_HOSTS, launchers.SCRIPT_MODE),
                     ],
                 ),
             ]
@@ -323,9 +286,9 @@ class MPI:
                 container["command"] = ["sleep"]
                 container["args"] = ["365d"]
             # Open MPI checks the rsh agent's path on every rank, so workers mount it too.
-            mounts.append({"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH})
+            mounts.append({"name": launchers.MPI_CONFIG_VOLUME, "mountPath": launchers.CONFIG_MOUNT_PATH})
             volumes.append(
-                _config_volume(job, [{"key": KUBEXEC_SCRIPT, "path": KUBEXEC_SCRIPT, "mode": SCRIPT_MODE}])
+                _config_volume(job, [launchers.config_item(launchers.KUBEXEC, launchers.SCRIPT_MODE)])
             )
         container["volumeMounts"] = mounts
         spec["volumes"] = volumes
@@ -351,11 +314,11 @@ class MPI:
         """
         warnings: list[tuple[str, str]] = []
         launcher = job.specs().get(LAUNCHER)
-        if launcher is not None and base.pod_spec(launcher.template).get("restartPolicy"):
+        if launcher is not None and objects.spec_of(launcher.template).get("restartPolicy"):
             warnings.append((RESTART_POLICY_REASON, base.RESTART_POLICY_MESSAGE))
         if operator.gang_scheduling:
-            name = base.gang_scheduler_name(operator)
-            templates = [base.pod_spec(spec.template) for spec in job.specs().values()]
+            name = operator.pod_scheduler_name
+            templates = [objects.spec_of(spec.template) for spec in job.specs().values()]
             if not any(t.get("schedulerName") == name for t in templates):
                 warnings.append((SCHEDULER_NAME_REASON, base.SCHEDULER_NAME_MESSAGE))
         return warnings

@@ -10,7 +10,7 @@ Upstream: ``pkg/controller.v1/paddlepaddle/envvar.go@v1.9.0``.
 from __future__ import annotations
 
 from shared.api import jobs
-from shared.core import naming, passes, settings
+from shared.core import computations, naming, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -25,7 +25,7 @@ def port(job: jobs.Job, replica_type: str) -> int:
     return job.DEFAULT_PORT if found is None else found
 
 
-_STATUS_RULES = passes.master_or_worker_rules(
+_STATUS_RULES = computations.master_or_worker_rules(
     (MASTER,), ("{kind} {name} is running.", "{kind} {name} is successfully completed."),
     ("{kind} {ns}/{name} is running.", "{kind} {ns}/{name} successfully completed."), elastic_shortcut=False,
 )
@@ -36,7 +36,7 @@ class Paddle(base.GenericFramework):
     kind = jobs.PaddleJob.KIND
     status_selector = True
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _STATUS_RULES(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.api import jobs
-from shared.core import errors, naming, passes, settings
+from shared.core import computations, errors, naming, owners, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -125,16 +125,12 @@ def desired_hpa(job: jobs.Job) -> base.Manifest | None:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "ownerReferences": [naming.owner_reference(job)],
-        },
+        "metadata": owners.child_metadata(job, job.name),
         "spec": spec,
     }
 
 
-_STATUS_RULES = passes.master_or_worker_rules(
+_STATUS_RULES = computations.master_or_worker_rules(
     (MASTER,), ("{kind} {name} is running.", "{kind} {name} is successfully completed."),
     ("{kind} {ns}/{name} is running.", "{kind} {ns}/{name} successfully completed."), elastic_shortcut=True,
 )
@@ -188,7 +184,7 @@ class PyTorch(base.GenericFramework):
             ))
         return warnings
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _STATUS_RULES(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:

@@ -13,8 +13,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shared.api import jobs
-from shared.core import conditions, naming, passes, settings
+from shared.api import jobs, objects
+from shared.core import computations, conditions, naming, settings
+from shared.core.events import Event
 from shared.core.frameworks import base
 
 CHIEF = "Chief"
@@ -88,16 +89,16 @@ def tf_config(job: jobs.Job, replica_type: str, index: int, operator: settings.O
     return _dump({"cluster": cluster, "task": task, "environment": "cloud"})
 
 
-def _worker0_completed(p: passes.Pass) -> bool:
+def _worker0_completed(p: computations.Computation) -> bool:
     if "Worker" not in p.job.specs():
         return True
     pod = p.pods.get("Worker", {}).get(0)
-    if pod is None or passes.phase(pod) != "Succeeded":
+    if pod is None or objects.phase_of(pod) != "Succeeded":
         return False
-    return passes.default_exit_code(pod, p.job.DEFAULT_CONTAINER) == 0
+    return objects.default_exit_code(pod, p.job.DEFAULT_CONTAINER) == 0
 
 
-def _status_rules(p: passes.Pass) -> None:
+def _status_rules(p: computations.Computation) -> None:
     """§7.3, visiting Chief, Evaluator, Master, PS, Worker."""
     job = p.job
     assert isinstance(job.spec, jobs.TFJobSpec)
@@ -132,7 +133,7 @@ def _status_rules(p: passes.Pass) -> None:
                     p.status, conditions.RESTARTING, "True", remembered[0] or p.reason("Restarting"),
                     remembered[1] or "", p.now,
                 ):
-                    p.events.append(passes.Event("Warning", p.reason("Restarting"), remembered[1] or ""))
+                    p.events.append(Event("Warning", p.reason("Restarting"), remembered[1] or ""))
             elif job.spec.enable_dynamic_worker and rt == "Worker":
                 continue
             elif not succeeded_now and not conditions.is_true(p.status, conditions.SUCCEEDED):
@@ -142,7 +143,7 @@ def _status_rules(p: passes.Pass) -> None:
 class TensorFlow(base.GenericFramework):
     kind = jobs.TFJob.KIND
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _status_rules(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:

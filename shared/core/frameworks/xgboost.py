@@ -8,7 +8,7 @@ WORKER_ADDRS. Upstream: ``pkg/controller.v1/xgboost/xgboost.go@v1.9.0``.
 from __future__ import annotations
 
 from shared.api import jobs
-from shared.core import naming, passes, settings
+from shared.core import computations, naming, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -21,11 +21,11 @@ def total_replicas(job: jobs.Job) -> int:
     return sum(spec.replicas for spec in job.specs().values() if spec.replicas is not None)
 
 
-def _status_rules(p: passes.Pass) -> None:
+def _status_rules(p: computations.Computation) -> None:
     """§7.4: the Master decides success; any failed pod fails the job unless its policy is ExitCode."""
     job = p.job
     running = f"XGBoostJob {job.name} is running."
-    for rt in passes.replica_order(job):
+    for rt in computations.replica_order(job):
         c = p.counts[rt]
         if rt == "Master":
             if c.active > 0:
@@ -45,7 +45,7 @@ def _status_rules(p: passes.Pass) -> None:
 class XGBoost(base.GenericFramework):
     kind = jobs.XGBoostJob.KIND
 
-    def status_rules(self, p: passes.Pass) -> None:
+    def status_rules(self, p: computations.Computation) -> None:
         _status_rules(p)
 
     def is_master_role(self, job: jobs.Job, replica_type: str, index: int) -> bool:

@@ -26,9 +26,8 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shared.api import common, mpijobs
-from shared.core import naming, passes, settings
-from shared.core.frameworks import base, mpi
+from shared.api import common, mpijobs, objects
+from shared.core import launchers, naming, owners, settings
 from shared.core.mpi_v2 import scheduling, sshkeys
 
 Manifest = common.Manifest
@@ -54,7 +53,7 @@ SSH_ROOT_MODE = 0o600
 
 WORKER_COMMAND = ["/usr/sbin/sshd", "-De"]
 CONNECTION_ATTEMPTS = "-o ConnectionAttempts=10"
-HOSTFILE_PATH = f"{mpi.CONFIG_MOUNT_PATH}/{mpi.HOSTFILE}"
+HOSTFILE_PATH = f"{launchers.CONFIG_MOUNT_PATH}/{launchers.HOSTFILE}"
 NVIDIA_HIDDEN = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 
 SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "schedulingGates")
@@ -106,25 +105,9 @@ def worker_index_label(job: mpijobs.MPIJob, index: int) -> str:
     return str(index + 1 if job.launcher_as_worker else index)
 
 
-def owner_reference(job: mpijobs.MPIJob) -> Manifest:
-    """The controller reference every child carries (uid "" when unknown)."""
-    return {
-        "apiVersion": mpijobs.API_VERSION,
-        "kind": mpijobs.KIND,
-        "name": job.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def _metadata(job: mpijobs.MPIJob, name: str, labels: Mapping[str, str],
               annotations: Mapping[str, str] | None = None) -> Manifest:
-    metadata: Manifest = {"name": name, "namespace": job.namespace, "labels": dict(labels)}
-    if annotations:
-        metadata["annotations"] = dict(annotations)
-    metadata["ownerReferences"] = [owner_reference(job)]
-    return metadata
+    return owners.child_metadata(job, name, labels=dict(labels), annotations=dict(annotations or {}))
 
 
 # ---------------------------------------------------------------------------
@@ -148,16 +131,15 @@ def hostfile(job: mpijobs.MPIJob, operator: settings.OperatorSettings) -> str:
     OpenMPI, ``host:n`` for Intel MPI and MPICH."""
     slots = job.spec.slots_per_worker if job.spec.slots_per_worker is not None else 1
     workers = (worker_name(job, i) for i in range(job.worker_replicas))
-    line = "{} slots={}\n" if job.spec.mpi_implementation == mpijobs.OPEN_MPI else "{}:{}\n"
-    return "".join(line.format(name, slots) for name in _hosts(job, workers, operator))
+    line = launchers.SLOTS_LINE if job.spec.mpi_implementation == mpijobs.OPEN_MPI else launchers.COLON_LINE
+    return launchers.hostfile(_hosts(job, workers, operator), slots, line)
 
 
 def is_worker_pod(job: mpijobs.MPIJob, pod: Mapping[str, Any]) -> bool:
     """A pod of the job's namespace with the workers' three labels (any index, any owner)."""
-    metadata = pod.get("metadata") or {}
-    if pod.get("kind", "Pod") != "Pod" or metadata.get("namespace", job.namespace) != job.namespace:
+    if pod.get("kind", "Pod") != "Pod" or (objects.namespace_of(pod) or job.namespace) != job.namespace:
         return False
-    labels = metadata.get("labels") or {}
+    labels = objects.labels_of(pod)
     return all(labels.get(key) == value for key, value in role_labels(job, ROLE_WORKER).items())
 
 
@@ -165,7 +147,7 @@ def running_workers(job: mpijobs.MPIJob, pods: Sequence[Manifest]) -> list[str]:
     """Names of the worker pods in phase Running, sorted as strings (``-10`` before ``-2``)."""
     return sorted(
         str(pod["metadata"]["name"]) for pod in pods
-        if is_worker_pod(job, pod) and passes.phase(pod) == "Running"
+        if is_worker_pod(job, pod) and objects.phase_of(pod) == "Running"
     )
 
 
@@ -208,7 +190,10 @@ def desired_config_map(job: mpijobs.MPIJob, pods: Sequence[Manifest], operator: 
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(job, config_name(job), app_labels(job)),
-        "data": {mpi.HOSTFILE: hostfile(job, operator), mpi.DISCOVER_HOSTS_SCRIPT: discover_hosts(job, pods, operator)},
+        "data": {
+            launchers.HOSTFILE: hostfile(job, operator),
+            launchers.DISCOVER_HOSTS: discover_hosts(job, pods, operator),
+        },
     }
 
 
@@ -238,7 +223,7 @@ def secret_is_complete(secret: Manifest) -> bool:
 
 def _env(name: str, value: str) -> Manifest:
     """A corev1.EnvVar as Go writes it: an empty value is left out."""
-    return base.env(name, value) if value else {"name": name}
+    return {"name": name, "value": value} if value else {"name": name}
 
 
 def launcher_env(job: mpijobs.MPIJob) -> list[Manifest]:
@@ -276,10 +261,10 @@ def ssh_volume(job: mpijobs.MPIJob) -> Manifest:
 
 def config_volume(job: mpijobs.MPIJob) -> Manifest:
     items = [
-        {"key": mpi.HOSTFILE, "path": mpi.HOSTFILE, "mode": mpi.HOSTFILE_MODE},
-        {"key": mpi.DISCOVER_HOSTS_SCRIPT, "path": mpi.DISCOVER_HOSTS_SCRIPT, "mode": mpi.SCRIPT_MODE},
+        launchers.config_item(launchers.HOSTFILE, launchers.HOSTFILE_MODE),
+        launchers.config_item(launchers.DISCOVER_HOSTS, launchers.SCRIPT_MODE),
     ]
-    return {"name": mpi.CONFIG_VOLUME, "configMap": {"name": config_name(job), "items": items}}
+    return {"name": launchers.MPI_CONFIG_VOLUME, "configMap": {"name": config_name(job), "items": items}}
 
 
 def _mount(spec: Manifest, volume: Manifest, path: str) -> None:
@@ -300,9 +285,8 @@ def _template(job: mpijobs.MPIJob, replica_type: str, role: str, hostname: str,
     replica = job.replica(replica_type)
     assert replica is not None, f"validated jobs have a {replica_type} spec"
     template = copy.deepcopy(replica.template)
-    template_meta = template.get("metadata") or {}
-    labels = {**(template_meta.get("labels") or {}), **role_labels(job, role)}
-    annotations = dict(template_meta.get("annotations") or {})
+    labels = {**objects.labels_of(template), **role_labels(job, role)}
+    annotations = objects.annotations_of(template)
     spec: Manifest = template.get("spec") or {}
     scheduling.decorate(job, operator, labels, annotations, spec)
     spec["hostname"] = hostname
@@ -343,18 +327,18 @@ def desired_launcher_template(job: mpijobs.MPIJob, operator: settings.OperatorSe
     replica = job.replica(mpijobs.LAUNCHER)
     assert replica is not None
     spec["restartPolicy"] = _restart_policy(replica)
-    _mount(spec, config_volume(job), mpi.CONFIG_MOUNT_PATH)
+    _mount(spec, config_volume(job), launchers.CONFIG_MOUNT_PATH)
     metadata: Manifest = {"labels": labels}
     if annotations:
         metadata["annotations"] = annotations
-    metadata["ownerReferences"] = [owner_reference(job)]
+    metadata["ownerReferences"] = [owners.reference(job)]
     return {"metadata": metadata, "spec": spec}
 
 
 def launcher_template_sets_restart_policy(job: mpijobs.MPIJob) -> bool:
     """Whether the Launcher template sets ``restartPolicy`` (overridden, with a Warning)."""
     replica = job.replica(mpijobs.LAUNCHER)
-    return replica is not None and bool(base.pod_spec(replica.template).get("restartPolicy"))
+    return replica is not None and bool(objects.spec_of(replica.template).get("restartPolicy"))
 
 
 def desired_launcher(job: mpijobs.MPIJob, operator: settings.OperatorSettings) -> Manifest:

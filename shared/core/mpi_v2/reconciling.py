@@ -30,12 +30,12 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 
-from shared.api import common, mpijobs
-from shared.core import conditions, effects, naming, passes, settings
+from shared.api import common, mpijobs, objects
+from shared.core import conditions, effects, events, naming, owners, settings
 from shared.core.mpi_v2 import defaulting, planning, scheduling, sshkeys, statuses, validating
 
 Manifest = common.Manifest
-Event = passes.Event
+Event = events.Event
 
 RESOURCE_EXISTS_REASON = "ErrResourceExists"
 RESTART_POLICY_REASON = "SetPodTemplateRestartPolicy"
@@ -62,21 +62,11 @@ def _subject(job: mpijobs.MPIJob) -> str:
     return f"{mpijobs.KIND} {job.namespace}/{job.name}"
 
 
-def _name(manifest: Manifest) -> str:
-    return str((manifest.get("metadata") or {}).get("name", ""))
-
-
-def controlled_by(child: Manifest, kind: str, name: str, uid: str | None) -> bool:
-    """Whether ``child``'s controller reference is that owner: by uid (metav1.IsControlledBy),
-    by kind and name when the owner's uid is not known."""
-    for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref.get("uid") == uid if uid else (ref.get("kind"), ref.get("name")) == (kind, name)
-    return False
+_name = objects.name_of
 
 
 def _ours(job: mpijobs.MPIJob, child: Manifest) -> bool:
-    return controlled_by(child, mpijobs.KIND, job.name, job.metadata.uid)
+    return owners.controls(job, child)
 
 
 def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
@@ -89,7 +79,7 @@ def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
         ("PodGroup", job.name): "pod_group",
     }
     for child in children:
-        if (child.get("metadata") or {}).get("namespace", job.namespace) != job.namespace:
+        if (objects.namespace_of(child) or job.namespace) != job.namespace:
             continue
         kind = child.get("kind")
         if kind == "Pod":
@@ -97,9 +87,9 @@ def observe(job: mpijobs.MPIJob, children: Sequence[Manifest]) -> Observed:
         elif (kind, _name(child)) in wanted:
             setattr(found, wanted[(str(kind), _name(child))], child)
     if found.launcher is not None:
-        uid = (found.launcher.get("metadata") or {}).get("uid")
+        uid = objects.uid_of(found.launcher)
         found.launcher_pods = [
-            pod for pod in found.pods.values() if controlled_by(pod, "Job", planning.launcher_name(job), uid)
+            pod for pod in found.pods.values() if owners.is_controlled_by(pod, "Job", planning.launcher_name(job), uid)
         ]
     return found
 
@@ -171,7 +161,7 @@ def _reconcile_workers(decision: effects.Effects, job: mpijobs.MPIJob, found: Ob
     if len(listed) > replicas:
         for pod in sorted(listed, key=_name):
             index = worker_index(job, pod)
-            if index is not None and index >= replicas and _ours(job, pod) and not passes.is_deleting(pod):
+            if index is not None and index >= replicas and _ours(job, pod) and not objects.is_deleting(pod):
                 decision.delete(pod, "scale-down", f"index {index} ≥ replicas {replicas}")
     workers: list[Manifest] = []
     for index in range(replicas):
@@ -201,15 +191,15 @@ def _clean_up_workers(decision: effects.Effects, job: mpijobs.MPIJob, found: Obs
             if not _ours(job, pod):
                 _foreign(decision, pod)
                 return False
-            if running_only and passes.phase(pod) not in ("Running", "Pending"):
+            if running_only and objects.phase_of(pod) not in ("Running", "Pending"):
                 continue
-            if not passes.is_deleting(pod):
+            if not objects.is_deleting(pod):
                 decision.delete(pod, reason, f"cleanPodPolicy {job.run_policy.clean_pod_policy}")
     if operator.gang_scheduling and found.pod_group is not None:
         if not _ours(job, found.pod_group):
             _foreign(decision, found.pod_group)
             return False
-        if not passes.is_deleting(found.pod_group):
+        if not objects.is_deleting(found.pod_group):
             decision.delete(found.pod_group, reason, "gang no longer needed")
     return True
 
@@ -313,7 +303,7 @@ def decide(
         ):
             return decision
         if not job.suspended:
-            pod_group = scheduling.desired_pod_group(job, operator, planning.owner_reference(job), priorities or {})
+            pod_group = scheduling.desired_pod_group(job, operator, owners.reference(job), priorities or {})
             if pod_group is not None and not _get_or_create(
                 decision, job, found.pod_group, lambda: pod_group, lambda current: _replaced(current, "spec", pod_group)
             ):

@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.api import common, mpijobs
+from shared.api import common, mpijobs, objects
 from shared.core import planning, settings
-from shared.core.frameworks import base
 
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 """The MPIJob annotation naming the Volcano queue when ``schedulingPolicy.queue`` is empty."""
@@ -48,7 +47,7 @@ def priority_class_name(job: mpijobs.MPIJob) -> str:
     for replica_type in (mpijobs.LAUNCHER, mpijobs.WORKER):
         replica = job.replica(replica_type)
         if replica is not None:
-            name = base.pod_spec(replica.template).get("priorityClassName")
+            name = objects.spec_of(replica.template).get("priorityClassName")
             if name:
                 return str(name)
     return ""
@@ -78,7 +77,7 @@ def min_resources(job: mpijobs.MPIJob, members: int, priorities: Mapping[str, in
         replica = job.replica(replica_type)
         if replica is None:
             continue
-        class_name = base.pod_spec(replica.template).get("priorityClassName")
+        class_name = objects.spec_of(replica.template).get("priorityClassName")
         priority = priorities.get(str(class_name), 0) if class_name else 0
         order.append((priority, replica_type, replica.replicas or 0))
     order.sort(key=lambda entry: -entry[0])  # stable: the Launcher first on a tie
@@ -91,7 +90,7 @@ def min_resources(job: mpijobs.MPIJob, members: int, priorities: Mapping[str, in
     for _, replica_type, _ in order:
         replica = job.replica(replica_type)
         assert replica is not None
-        for container in base.pod_spec(replica.template).get("containers") or []:
+        for container in objects.spec_of(replica.template).get("containers") or []:
             if not isinstance(container, dict):
                 continue
             for name, raw in _requested(container).items():
@@ -144,7 +143,7 @@ def decorate(job: mpijobs.MPIJob, operator: settings.OperatorSettings,
     group's annotation (Volcano) or label (scheduler-plugins). Changes the arguments in place."""
     if not operator.gang_scheduling:
         return
-    pod_spec["schedulerName"] = base.gang_scheduler_name(operator)
+    pod_spec["schedulerName"] = operator.pod_scheduler_name
     if operator.volcano:
         annotations[planning.VOLCANO_GROUP_NAME_ANNOTATION] = job.name
     else:

@@ -6,8 +6,8 @@ planned), the launcher Job's pods, the worker pods of this sync (empty when
 the launcher is done or the job suspended) and ``now``. Out: the new status
 and the Events its transitions call for. Pure: no I/O.
 
-The condition helper is mpi-operator's own (A.12.1), not the v1 one in
-``shared.core.conditions``: a Failed condition is not terminal for it, and a
+Conditions are set by mpi-operator's own rules (A.12.1,
+``conditions.MPI_OPERATOR``): a Failed condition is not terminal for it, and a
 new Failed or Succeeded turns an existing Running *and* Failed to False.
 
 Where kto differs from upstream: Events are produced for transitions only
@@ -22,13 +22,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from shared.api import common, mpijobs
-from shared.core import conditions, passes
+from shared.api import common, mpijobs, objects
+from shared.core import computations, conditions, events
 from shared.core import statuses as job_statuses
 from shared.core.mpi_v2 import validating
 
 Manifest = common.Manifest
-Event = passes.Event
+Event = events.Event
 Outcome = job_statuses.Outcome
 """The new status and its Events (the v1 kinds' shape)."""
 
@@ -42,36 +42,12 @@ EVICTED_REASON = "MPIJobEvicted"
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 
 
-def set_condition(
-    status: common.JobStatus, type_: str, value: common.ConditionStatus, reason: str, message: str, now: dt.datetime,
-) -> bool:
-    """A.12.1: set one condition; False (nothing changed) when type, status and reason already match."""
-    current = conditions.find(status, type_)
-    transition = now
-    if current is not None and current.status == value:
-        if current.reason == reason:
-            return False
-        transition = current.last_transition_time or now
-    kept: list[common.JobCondition] = []
-    for condition in status.conditions or []:
-        if condition.type == type_ or {condition.type, type_} == {conditions.RUNNING, conditions.RESTARTING}:
-            continue
-        if type_ in (conditions.FAILED, conditions.SUCCEEDED) and condition.type in (conditions.RUNNING, conditions.FAILED):
-            condition = condition.model_copy(update={"status": "False"})
-        kept.append(condition)
-    kept.append(common.JobCondition(
-        type=type_, status=value, reason=reason, message=message, last_update_time=now, last_transition_time=transition,
-    ))
-    status.conditions = kept
-    return True
-
-
 def created(job: mpijobs.MPIJob, status: common.JobStatus, now: dt.datetime) -> list[Event]:
     """A.7 step 5: a status without conditions gets ``Created=True``."""
     if status.conditions:
         return []
     message = f"MPIJob {job.namespace}/{job.name} is created."
-    set_condition(status, conditions.CREATED, "True", CREATED_REASON, message, now)
+    conditions.set_condition(status, conditions.CREATED, "True", CREATED_REASON, message, now, conditions.MPI_OPERATOR)
     return [Event("Normal", CREATED_REASON, message)]
 
 
@@ -98,8 +74,8 @@ def launcher_done(launcher: Manifest | None) -> bool:
 
 
 def _created_at(pod: Manifest) -> dt.datetime:
-    raw = (pod.get("metadata") or {}).get("creationTimestamp")
-    return common.parse_time(raw) if isinstance(raw, str) else dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    raw = objects.creation_timestamp_of(pod)
+    return common.parse_time(raw) if raw is not None else dt.datetime.min.replace(tzinfo=dt.timezone.utc)
 
 
 def failure(job: mpijobs.MPIJob, launcher: Manifest, launcher_pods: Sequence[Manifest]) -> tuple[str, str]:
@@ -111,7 +87,7 @@ def failure(job: mpijobs.MPIJob, launcher: Manifest, launcher_pods: Sequence[Man
     if reason == BACKOFF_LIMIT_EXCEEDED:
         last: Manifest | None = None
         for pod in launcher_pods:
-            if passes.phase(pod) == "Failed" and (last is None or _created_at(last) < _created_at(pod)):
+            if objects.phase_of(pod) == "Failed" and (last is None or _created_at(last) < _created_at(pod)):
                 last = pod
         if last is not None:
             pod_status = last.get("status") or {}
@@ -133,40 +109,52 @@ def compute(
     events: list[Event] = []
     ns_name = f"{job.namespace}/{job.name}"
     if job.suspended:
-        if set_condition(status, conditions.SUSPENDED, "True", SUSPENDED_REASON, "MPIJob suspended", now):
+        if conditions.set_condition(
+            status, conditions.SUSPENDED, "True", SUSPENDED_REASON, "MPIJob suspended", now,
+            conditions.MPI_OPERATOR,
+        ):
             events.append(Event("Normal", SUSPENDED_REASON, "MPIJob suspended"))
     elif conditions.find(status, conditions.SUSPENDED) is not None:
-        if set_condition(status, conditions.SUSPENDED, "False", RESUMED_REASON, "MPIJob resumed", now):
+        if conditions.set_condition(
+            status, conditions.SUSPENDED, "False", RESUMED_REASON, "MPIJob resumed", now,
+            conditions.MPI_OPERATOR,
+        ):
             events.append(Event("Normal", RESUMED_REASON, "MPIJob resumed"))
             status.start_time = now
 
     replica_statuses = dict(status.replica_statuses or {})
     running_launchers = 0
     if launcher is not None:
-        running_launchers = sum(1 for pod in launcher_pods if passes.phase(pod) == "Running")
-        counts = passes.Counts(failed=int((launcher.get("status") or {}).get("failed") or 0))
+        running_launchers = sum(1 for pod in launcher_pods if objects.phase_of(pod) == "Running")
+        counts = computations.Counts(failed=int((launcher.get("status") or {}).get("failed") or 0))
         if launcher_succeeded(launcher):
             counts.succeeded = 1
             message = f"MPIJob {ns_name} successfully completed."
             if status.completion_time is None:
                 raw = (launcher.get("status") or {}).get("completionTime")
                 status.completion_time = common.parse_time(raw) if isinstance(raw, str) else now
-            if set_condition(status, conditions.SUCCEEDED, "True", SUCCEEDED_REASON, message, now):
+            if conditions.set_condition(
+                status, conditions.SUCCEEDED, "True", SUCCEEDED_REASON, message, now,
+                conditions.MPI_OPERATOR,
+            ):
                 events.append(Event("Normal", SUCCEEDED_REASON, message))
         elif launcher_failed(launcher):
             reason, message = failure(job, launcher, launcher_pods)
             if status.completion_time is None:
                 status.completion_time = now
-            if set_condition(status, conditions.FAILED, "True", reason, message, now):
+            if conditions.set_condition(
+                status, conditions.FAILED, "True", reason, message, now,
+                conditions.MPI_OPERATOR,
+            ):
                 events.append(Event("Warning", reason, message))
         else:
             counts.active = running_launchers
         replica_statuses[mpijobs.LAUNCHER] = counts.to_status(None)
 
-    worker_counts = passes.Counts()
+    worker_counts = computations.Counts()
     evicted = 0
     for pod in workers:
-        phase = passes.phase(pod)
+        phase = objects.phase_of(pod)
         if phase == "Failed":
             worker_counts.failed += 1
             evicted += (pod.get("status") or {}).get("reason") == "Evicted"
@@ -179,11 +167,17 @@ def compute(
     if evicted:
         # Upstream sets no completionTime here (mpi-operator#647); kept for compatibility.
         message = f"{evicted}/{len(workers)} workers are evicted"
-        if set_condition(status, conditions.FAILED, "True", EVICTED_REASON, message, now):
+        if conditions.set_condition(
+            status, conditions.FAILED, "True", EVICTED_REASON, message, now,
+            conditions.MPI_OPERATOR,
+        ):
             events.append(Event("Warning", EVICTED_REASON, message))
 
     if job.suspended:
-        set_condition(status, conditions.RUNNING, "False", SUSPENDED_REASON, f"MPIJob {ns_name} is suspended.", now)
+        conditions.set_condition(
+            status, conditions.RUNNING, "False", SUSPENDED_REASON, f"MPIJob {ns_name} is suspended.", now,
+            conditions.MPI_OPERATOR,
+        )
     elif conditions.is_finished(status):
         if conditions.find(status, conditions.RUNNING) is None:
             at = status.completion_time or now
@@ -194,6 +188,9 @@ def compute(
             )]
     elif launcher is not None and running_launchers >= 1 and worker_counts.active == len(workers):
         message = f"MPIJob {ns_name} is running."
-        if set_condition(status, conditions.RUNNING, "True", RUNNING_REASON, message, now):
+        if conditions.set_condition(
+            status, conditions.RUNNING, "True", RUNNING_REASON, message, now,
+            conditions.MPI_OPERATOR,
+        ):
             events.append(Event("Normal", RUNNING_REASON, f"MPIJob {ns_name} is running"))
     return Outcome(status, events)

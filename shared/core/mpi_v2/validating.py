@@ -10,7 +10,8 @@ into upstream's ``ValidationError`` Warning.
 from __future__ import annotations
 
 from shared.api import limits, mpijobs
-from shared.core import passes, validating
+from shared.core import validating
+from shared.core.events import Event
 from shared.core.validating import FieldError, Report
 
 VALIDATION_ERROR_REASON = "ValidationError"
@@ -144,10 +145,10 @@ def validate(job: mpijobs.MPIJob) -> Report:
     return Report(errors=errors)
 
 
-def event(report: Report) -> passes.Event:
+def event(report: Report) -> Event:
     """The Warning upstream records for an invalid job: ``Found validation errors: <aggregate>``.
 
     The aggregate is Kubernetes' ``ErrorList.ToAggregate()``: one error as is,
     several in brackets joined by ``, ``."""
     aggregate = validating.aggregate(report.errors)
-    return passes.Event("Warning", VALIDATION_ERROR_REASON, truncate(f"Found validation errors: {aggregate}"))
+    return Event("Warning", VALIDATION_ERROR_REASON, truncate(f"Found validation errors: {aggregate}"))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from shared.api import elastic
+from shared.core import owners
 from shared.core.elastic import defaulting, naming, planning
 from shared.core.elastic.settings import ElasticSettings
 from tests.core.elastic.world import scaler, training_job
@@ -53,7 +54,7 @@ def test_a_worker_without_a_command_gets_upstreams(mode: str, command: list[str]
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["metadata"]["labels"] == {"group-name": "kai.alibabacloud.com", "training-job-name": JOB,
                                          "training-job-role": "worker", "replica-index": "3", **KTO}
-    assert pod["metadata"]["ownerReferences"] == [naming.owner_reference(job())]
+    assert pod["metadata"]["ownerReferences"] == [owners.reference(job())]
     mounted = any(v.get("secret", {}).get("secretName") == JOB for v in pod["spec"].get("volumes", []))
     assert mounted == (mode == "ssh")
 

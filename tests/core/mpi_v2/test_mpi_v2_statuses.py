@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from shared.api import common
+from shared.core import conditions
 from shared.core.mpi_v2 import statuses
 
 import mpi_v2_builders as b
@@ -122,12 +123,12 @@ def test_the_condition_helper_follows_mpi_operator(
 ) -> None:
     status = common.JobStatus(conditions=[cond(*c) for c in before])
     type_, value, reason = new
-    assert statuses.set_condition(status, type_, value, reason, "m", b.NOW) is changed  # type: ignore[arg-type]
+    assert conditions.set_condition(status, type_, value, reason, "m", b.NOW, conditions.MPI_OPERATOR) is changed  # type: ignore[arg-type]
     assert [(c.type, c.status, c.reason) for c in status.conditions or []] == after
 
 
 def test_a_new_reason_with_the_same_status_keeps_the_transition_time() -> None:
     status = common.JobStatus(conditions=[cond("Running", "True", "A")])
-    statuses.set_condition(status, "Running", "True", "B", "m", b.NOW)
+    conditions.set_condition(status, "Running", "True", "B", "m", b.NOW, conditions.MPI_OPERATOR)
     [running] = status.conditions or []
     assert running.last_transition_time != b.NOW and running.last_update_time == b.NOW

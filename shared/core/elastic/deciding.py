@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from shared.api import common, elastic
+from shared.api.objects import is_deleting, labels_of, name_of
 from shared.core import effects
-from shared.core import passes as core_passes
 from shared.core.elastic import decisions, naming, planning
 from shared.core.elastic.settings import ElasticSettings
+from shared.core.events import Event
 
 Manifest = common.Manifest
 
@@ -30,14 +31,6 @@ class NeedExec(Exception):
     def __init__(self, command: effects.Exec) -> None:
         super().__init__(command.script)
         self.command = command
-
-
-def name_of(manifest: Manifest) -> str:
-    return str((manifest.get("metadata") or {}).get("name", ""))
-
-
-def labels_of(manifest: Manifest) -> dict[str, str]:
-    return dict((manifest.get("metadata") or {}).get("labels") or {})
 
 
 @dataclasses.dataclass
@@ -82,7 +75,7 @@ class Pass:
         worker pod of the job not being deleted, with those this decision creates and
         without those it deletes."""
         deleted = {ref.name for ref in self.decision.deletes if ref.kind == "Pod"}
-        names = {name_of(pod) for pod in self.workers() if not core_passes.is_deleting(pod)}
+        names = {name_of(pod) for pod in self.workers() if not is_deleting(pod)}
         names |= {name_of(m) for m in self.decision.creates
                   if m.get("kind") == "Pod" and labels_of(m).get(naming.LABEL_ROLE) == naming.ROLE_WORKER}
         return naming.sorted_workers(self.job.name, names - deleted)
@@ -121,20 +114,20 @@ class Pass:
         hazard, B.13, cannot happen here: "all" is only ever asked for explicitly)."""
         wanted = None if names is None else set(names)
         for service in self.worker_services():
-            if (wanted is None or name_of(service) in wanted) and not core_passes.is_deleting(service):
+            if (wanted is None or name_of(service) in wanted) and not is_deleting(service):
                 self.decision.deletes.append(effects.ChildRef.of(service, reason))
         for pod in self.workers():
-            if (wanted is None or name_of(pod) in wanted) and not core_passes.is_deleting(pod):
+            if (wanted is None or name_of(pod) in wanted) and not is_deleting(pod):
                 self.decision.deletes.append(effects.ChildRef.of(pod, reason))
                 self.decision.step(decisions.STEP_WORKER_REMOVED, name_of(pod), detail)
 
     def delete_launcher(self, reason: str) -> None:
         launcher = self.launcher()
-        if launcher is not None and not core_passes.is_deleting(launcher):
+        if launcher is not None and not is_deleting(launcher):
             self.decision.deletes.append(effects.ChildRef.of(launcher, reason))
 
     def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        self.decision.events.append(core_passes.Event(type_, reason, message))
+        self.decision.events.append(Event(type_, reason, message))
 
     def requeue(self, seconds: float | None = None) -> None:
         wanted = self.settings.requeue_seconds if seconds is None else seconds

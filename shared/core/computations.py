@@ -1,8 +1,8 @@
-"""The working state of one status computation, and the helpers the per-kind
-status rules share (spec §6.4 d, §7).
+"""The working state of one status computation of a kubeflow.org/v1 job, and
+the pieces the per-kind status rules share (spec §6.4 d, §7).
 
 In: a job, its pods bucketed per replica type, the status being built, the
-clock. Out: a :class:`Pass` that the engine (``shared.core.statuses.compute``)
+clock. Out: a :class:`Computation` that the engine (``shared.core.statuses.compute``)
 fills with replica counts and hands to the kind's ``status_rules`` hook
 (``shared.core.frameworks``), which sets conditions and collects Events
 through it. Pure: no I/O.
@@ -15,46 +15,11 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, Literal
 
-from shared.api import common, jobs
+from shared.api import common, jobs, objects
 from shared.core import conditions
+from shared.core.events import Event
 
-Pod = dict[str, Any]
-
-EXIT_CODE_UNKNOWN = 0xBEEF
-"""Upstream's sentinel exit code when the default container has not terminated."""
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to record on the job."""
-
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-def is_retryable_exit_code(code: int) -> bool:
-    """Upstream ``IsRetryableExitCode``: 128 and above (signals, the unknown sentinel)."""
-    return code >= 128
-
-
-def default_exit_code(pod: Pod, container_name: str) -> int:
-    """Exit code of the default container's terminated state, else the 0xbeef sentinel."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == container_name:
-            terminated = (status.get("state") or {}).get("terminated")
-            if terminated is not None and "exitCode" in terminated:
-                return int(terminated["exitCode"])
-    return EXIT_CODE_UNKNOWN
-
-
-def phase(pod: Pod) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def is_deleting(pod: Pod) -> bool:
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+Pod = common.Manifest
 
 
 @dataclasses.dataclass
@@ -76,9 +41,9 @@ class Counts:
 
 def count(pod: Pod, counts: Counts) -> None:
     """§6.4 d: Running → active (being deleted → failed), Succeeded, Failed; Pending not counted."""
-    current = phase(pod)
+    current = objects.phase_of(pod)
     if current == "Running":
-        if is_deleting(pod):
+        if objects.is_deleting(pod):
             counts.failed += 1
         else:
             counts.active += 1
@@ -96,7 +61,7 @@ def replica_order(job: jobs.Job) -> list[str]:
 
 
 @dataclasses.dataclass
-class Pass:
+class Computation:
     """The working state of one status computation, handed to the kind's rules."""
 
     job: jobs.Job
@@ -140,7 +105,7 @@ class Pass:
         return spec.restart_policy if spec is not None else None
 
 
-Rules = Callable[[Pass], None]
+Rules = Callable[[Computation], None]
 
 
 def master_or_worker_rules(
@@ -154,7 +119,7 @@ def master_or_worker_rules(
     Messages are format strings over ``kind``, ``name`` and ``ns``: (running, succeeded).
     """
 
-    def rules(p: Pass) -> None:
+    def rules(p: Computation) -> None:
         job = p.job
         names = {"kind": job.KIND, "name": job.name, "ns": job.namespace}
         has_master = any(rt in job.specs() for rt in master_types)
