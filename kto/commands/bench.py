@@ -133,14 +133,14 @@ def _upstream(args: argparse.Namespace, stack_settings: object, bench_settings: 
 async def _upstream_run(stack_settings: object, bench_settings: object, threads: int) -> dict[str, Any]:
     """A fresh real control plane of the stack's shape, the training-operator on it (bench/upstream.py)."""
     from bench import pipeline, upstream
-    from kto import stack
+    from supervising import processes
 
     assert isinstance(bench_settings, pipeline.PipelineSettings)
     _progress("building (once) and starting the training-operator on a fresh control plane")
     async with _fresh_cluster(stack_settings, "upstream", upstream.CONTEXT,
                               f"control-plane-{upstream.CONTEXT}") as (kubeconfig, directory):
         return await upstream.run(kubeconfig, directory / "audit.log", directory / "training-operator.log",
-                                  bench_settings, _progress, stack.cpu_seconds, threads)
+                                  bench_settings, _progress, processes.cpu_seconds, threads)
 
 
 def _progress(text: str) -> None:

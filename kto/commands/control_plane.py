@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             if dead and not args.restart_dead_parts:
                 raise caching.PartError("\n".join(dead))
             for name, process in plane.processes.items():
-                if process.popen is not None and not process.alive:
+                if process.ended:
                     logging.getLogger("kto.control-plane").warning("%s died; starting it again", name)
                     await plane.restart(name)
             await asyncio.sleep(0.5)
