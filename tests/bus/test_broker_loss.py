@@ -67,7 +67,7 @@ async def test_offsets_past_the_end_of_a_log_the_broker_lost_are_reset_and_nothi
         async with producing.Publisher(kafka, "test", "t-2") as pub:
             for seq in range(100, 105):
                 await pub.publish(records.Decision(key=key(seq % 3), action="x", detail={"seq": seq}))
-        consumer = consuming.KeyedConsumer(kafka, "g", handle, on_event=[on_event])
+        consumer = consuming.KeyedConsumer(kafka, consuming.ConsumerSettings("g"), handle, on_event=[on_event])
         task = asyncio.create_task(consumer.run())
         try:
             await until(lambda: set(range(100, 105)) <= set(seen), timeout=40)
@@ -103,7 +103,8 @@ async def test_a_member_running_across_a_restart_commits_nothing_into_the_new_lo
             refused.append(event)
 
     # Nothing committed before the restart: the position is committed on the revoke.
-    consumer = consuming.KeyedConsumer(kafka, "g", handle, on_event=[on_event], commit_interval=600)
+    consumer = consuming.KeyedConsumer(kafka, consuming.ConsumerSettings("g", commit_interval=600), handle,
+                                       on_event=[on_event])
     task = asyncio.create_task(consumer.run())
     try:
         async with producing.Publisher(kafka, "test", "t-1") as pub:
