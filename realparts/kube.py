@@ -16,7 +16,6 @@ Kubernetes itself pins), cached per machine by version in ``~/.cache/kto``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import json
 import os
