@@ -18,6 +18,7 @@ COPY sim ./sim
 COPY faulting ./faulting
 COPY bench ./bench
 COPY realparts ./realparts
+COPY supervising ./supervising
 RUN pip install . && rm -rf /src
 
 WORKDIR /

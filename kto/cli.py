@@ -8,10 +8,11 @@ and ``run(args) -> int``. Modules import their heavy dependencies inside
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 COMMANDS: dict[str, str] = {
     "plan": "kto.commands.plan",
@@ -46,6 +47,21 @@ class UserError(CommandError):
     """An error caused by the user's input (a flag, a file, a setting): one line, exit code 2."""
 
     exit_code = 2
+
+
+def default_of(settings: type[Any], name: str) -> Any:
+    """The default of field ``name`` of the settings dataclass ``settings``: an option that fills a
+    settings field takes its default from there, so the default is written once, beside the
+    field's docstring. A field without a default, or no such field, is a TypeError."""
+    for field in dataclasses.fields(settings):
+        if field.name != name:
+            continue
+        if field.default is not dataclasses.MISSING:
+            return field.default
+        if field.default_factory is not dataclasses.MISSING:
+            return field.default_factory()
+        raise TypeError(f"{settings.__name__}.{name} has no default")
+    raise TypeError(f"{settings.__name__} has no field {name!r}")
 
 
 class _Parser(argparse.ArgumentParser):

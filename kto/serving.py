@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shared.bus.settings import KafkaSettings
@@ -91,34 +91,41 @@ def _one_line(exc: Exception) -> Exception:
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     """``--control-plane`` and ``--broker``: which local cluster and broker ``kto up|demo|bench`` run on."""
+    from kto import stack
+    from kto.cli import default_of
+
     parser.add_argument(
-        "--control-plane", choices=("sim", "kube"), default="sim",
+        "--control-plane", choices=stack.CONTROL_PLANES, default=default_of(stack.StackSettings, "control_plane"),
         help="sim: kto's own API server, scheduler and kubelet in one process (fast, default); "
         "kube: real etcd, kube-apiserver, kube-controller-manager and kube-scheduler with kto's fake "
         "GPU nodes (built once per machine into ~/.cache/kto; see docs/real-backends.md)",
     )
     parser.add_argument(
-        "--broker", choices=("tansu", "kafka"), default="tansu",
+        "--broker", choices=stack.BROKERS, default=default_of(stack.StackSettings, "broker"),
         help="tansu: embedded, in memory (default); kafka: Apache Kafka 4 in KRaft mode, its log kept "
         "under the state dir",
     )
 
 
-def add_worker_arguments(parser: argparse.ArgumentParser, group: str) -> None:
-    """Arguments every consumer-group worker takes (reconciler, status)."""
+def add_worker_arguments(parser: argparse.ArgumentParser, settings: type[Any]) -> None:
+    """Arguments every consumer-group worker takes (reconciler, status), with the defaults of its
+    ``settings`` dataclass (``group_id``, ``concurrency``, ``release_after``)."""
+    from kto.cli import default_of
+
     parser.add_argument(
         "--kubeconfig", type=pathlib.Path, default=None,
         help="kubeconfig whose contexts are the clusters (a job key's cluster = context name); "
         "default: in-cluster config",
     )
-    parser.add_argument("--group", default=group, help="Kafka consumer group shared by these workers")
-    parser.add_argument("--concurrency", type=int, default=32, help="job keys handled at once")
-    from shared.workers import RELEASE_AFTER
-
+    parser.add_argument("--group", default=default_of(settings, "group_id"),
+                        help="Kafka consumer group shared by these workers")
+    parser.add_argument("--concurrency", type=int, default=default_of(settings, "concurrency"),
+                        help="job keys handled at once")
+    release_after = default_of(settings, "release_after")
     parser.add_argument(
-        "--release-after", type=float, default=RELEASE_AFTER, metavar="SECONDS",
+        "--release-after", type=float, default=release_after, metavar="SECONDS",
         help="how long a job key whose cluster does not answer holds its records; then they are let go, so "
-        f"the partition's commits move on, and a wake-up record waits in their place (default {RELEASE_AFTER:g})",
+        f"the partition's commits move on, and a wake-up record waits in their place (default {release_after:g})",
     )
     add_metrics_argument(parser)
 

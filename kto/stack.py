@@ -20,7 +20,8 @@ their own (``python -m kto ...``, each in its own process group, output to
 Leaving the context stops them in reverse order — watchers and workers, then
 the clusters, then the broker — each with SIGTERM to its process group, a
 wait, then SIGKILL; processes that left the group (Tansu runs in a session
-of its own) are tracked by pid and stopped too. ``up.lock`` in the state
+of its own) are tracked by pid and stopped too (the supervisor of
+``supervising.processes``). ``up.lock`` in the state
 directory keeps a second stack off the same directory. Used by ``kto up``,
 ``kto demo``, ``kto bench`` and the pipeline tests. For fault runs a child can
 be killed and restarted (``kill``, ``restart``) or frozen and thawed with
@@ -51,6 +52,7 @@ from shared import lifecycle
 from shared.bus import settings as bus_settings
 from shared.bus import signing
 from shared.kube import clients, resources
+from supervising import processes
 
 log = logging.getLogger("kto.stack")
 
@@ -66,6 +68,9 @@ RUNTIMES = ("simulated", "process")
 
 KEYRING_FILE = "keys.json"
 """The signing keys ``kto up`` makes in its state dir (docs/security.md)."""
+
+TAIL_LINES = 15
+"""Log lines shown of a child that failed or ended."""
 
 CONTEXT_PREFIX = "kto-"
 """Cluster i (from 1) is context, cluster and user ``kto-i`` in the merged kubeconfig."""
@@ -236,70 +241,9 @@ class Exit:
     """Its last log lines."""
 
 
-def _start_time(pid: int) -> str | None:
-    """The kernel start time of ``pid`` (tells a live process from a reused pid), None if gone."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    # fields[0] is the state (3rd field of stat); starttime is the 22nd field.
-    if fields and fields[0] == "Z":
-        return None
-    return fields[19] if len(fields) > 19 else None
-
-
-def alive(pids: set[int]) -> set[int]:
-    """The pids among ``pids`` still running (zombies count as gone)."""
-    return {pid for pid in pids if _start_time(pid) is not None}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process so far (0 if it is gone), from /proc."""
-    try:
-        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (children, their children …), from /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) > 1 and fields[0] != "Z":
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def tail(path: pathlib.Path, lines: int = 15) -> list[str]:
-    """The last ``lines`` lines of a log file (empty if it cannot be read)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 16384))
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return text.splitlines()[-lines:]
-
-
 class Child:
-    """One ``python -m kto ...`` process in its own process group, output to its log."""
+    """One ``python -m kto ...`` process, supervised (:class:`supervising.processes.Process`: its own
+    process group, output to its log), and what its ready line said."""
 
     def __init__(
         self, name: str, argv: Sequence[str], log_path: pathlib.Path, env: dict[str, str],
@@ -307,12 +251,11 @@ class Child:
         self.name = name
         self.argv = list(argv)
         self.log = log_path
-        self._env = env
-        self.process: asyncio.subprocess.Process | None = None
+        self.process = processes.Process(name, processes.Command(
+            (sys.executable, "-m", "kto", *self.argv), log=log_path, env=env, cwd=REPO_ROOT,
+        ))
         self.ready: list[str] = []
         """The words after ``ready`` on the child's ready line."""
-        self._known: dict[int, str] = {}
-        """pid → start time of every process seen below this child (to stop strays)."""
         self.reported = False
         """Set once an unexpected exit of this child has been reported."""
         self.stop_timeout: float | None = None
@@ -320,26 +263,19 @@ class Child:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
+        return self.process.pid
 
     @property
     def returncode(self) -> int | None:
-        return self.process.returncode if self.process is not None else None
+        return self.process.returncode
 
     async def start(self, timeout: float) -> list[str]:
         """Start the process and wait for its ``ready ...`` line; the words after ``ready``."""
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as output:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "kto", *self.argv,
-                stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=asyncio.subprocess.STDOUT,
-                env=self._env, cwd=str(REPO_ROOT), start_new_session=True,
-            )
-        log.debug("started %s (pid %s): kto %s", self.name, self.process.pid, " ".join(self.argv))
+        self.process.start()
         deadline = time.monotonic() + timeout
         while True:
-            self.remember()
-            for line in tail(self.log, 200):
+            self.process.remember()
+            for line in processes.tail(self.log, 200):
                 words = line.split()
                 if words[:1] == ["ready"]:
                     self.ready = words[1:]
@@ -351,67 +287,16 @@ class Child:
             await asyncio.sleep(0.02)
 
     def _failure(self, what: str) -> str:
-        lines = "\n".join(f"    {line}" for line in tail(self.log))
+        lines = "\n".join(f"    {line}" for line in processes.tail(self.log, TAIL_LINES))
         return f"{self.name} {what}; last lines of {self.log}:\n{lines}"
-
-    def remember(self) -> None:
-        """Note the processes below this child now, so a stray one can be stopped later."""
-        if self.process is None or self.process.returncode is not None:
-            return
-        for pid in descendants(self.process.pid):
-            started = _start_time(pid)
-            if started is not None:
-                self._known[pid] = started
 
     def pids(self) -> set[int]:
         """This child and every process seen below it that is still alive."""
-        alive = {pid for pid, started in self._known.items() if _start_time(pid) == started}
-        if self.process is not None and self.process.returncode is None:
-            alive.add(self.process.pid)
-        return alive
+        return self.process.pids()
 
     async def stop(self, timeout: float) -> None:
         """SIGTERM the process group, wait, SIGKILL it; then the same for strays. Safe twice."""
-        process = self.process
-        if process is None:
-            return
-        self.remember()
-        if process.returncode is None:
-            _signal_group(process.pid, signal.SIGTERM)
-            _signal_group(process.pid, signal.SIGCONT)  # a paused child must run to handle it
-            try:
-                await asyncio.wait_for(process.wait(), timeout)
-            except TimeoutError:
-                log.warning("%s did not stop within %ss; killing it", self.name, timeout)
-                _signal_group(process.pid, signal.SIGKILL)
-                await process.wait()
-        # Anything that outlived its parent (a grandchild in a session of its own,
-        # or a group member that ignored SIGTERM): the same, one by one.
-        strays = self.pids()
-        for pid in strays:
-            _signal_pid(pid, signal.SIGTERM)
-            _signal_pid(pid, signal.SIGCONT)
-        deadline = time.monotonic() + timeout
-        while strays and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            strays = self.pids()
-        for pid in strays:
-            log.warning("%s left process %s behind; killing it", self.name, pid)
-            _signal_pid(pid, signal.SIGKILL)
-        # A stray is reparented to init (or a subreaper), which reaps it; wait briefly for that.
-        deadline = time.monotonic() + 1.0
-        while self.pids() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _signal_pid(pid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
+        await self.process.stop(timeout)
 
 
 def _merge_kubeconfigs(sources: dict[str, pathlib.Path]) -> dict[str, Any]:
@@ -719,15 +604,15 @@ class Stack(lifecycle.Started):
             return []
         ended: list[Exit] = []
         for child in self.children:
-            child.remember()
+            child.process.remember()
             if child.returncode is not None and not child.reported:
                 child.reported = True
-                ended.append(Exit(child.name, child.returncode, child.log, tail(child.log)))
+                ended.append(Exit(child.name, child.returncode, child.log, processes.tail(child.log, TAIL_LINES)))
         return ended
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) used so far by each child and what it started, by child name."""
-        return {child.name: sum(cpu_seconds(pid) for pid in child.pids()) for child in self.children}
+        return {child.name: sum(processes.cpu_seconds(pid) for pid in child.pids()) for child in self.children}
 
     def pids(self) -> set[int]:
         """Every live process this stack started (children and what they started)."""
@@ -747,34 +632,24 @@ class Stack(lifecycle.Started):
         reported by ``exits()``."""
         child = self.child(name)
         child.reported = True
-        child.remember()
-        if child.process is not None and child.process.returncode is None:
-            _signal_group(child.process.pid, signal.SIGKILL)
-        for pid in child.pids():  # what it started in sessions of their own (Kafka's JVM) dies with it
-            _signal_pid(pid, signal.SIGKILL)
+        child.process.kill()  # what it started in sessions of their own (Kafka's JVM) dies with it
 
     def pause(self, name: str) -> None:
         """SIGSTOP a child and everything it started (a sim's API server, scheduler and kubelet;
         a control plane's etcd, kube-apiserver, controllers and node agent): connections to it
         stay open and get no answer, as with a hung or partitioned cluster."""
-        child = self.child(name)
-        child.remember()
-        for pid in child.pids():
-            _signal_pid(pid, signal.SIGSTOP)
+        self.child(name).process.signal(signal.SIGSTOP)
 
     def resume(self, name: str) -> None:
         """SIGCONT what ``pause`` stopped: the child goes on with the same state and port."""
-        for pid in self.child(name).pids():
-            _signal_pid(pid, signal.SIGCONT)
+        self.child(name).process.signal(signal.SIGCONT)
 
     async def restart(self, name: str, *, wait_ready: bool = True) -> None:
         """Start a killed or ended child again with the same arguments (a broker on the same port);
         its output goes to ``<name>.<n>.log``. With ``wait_ready``, wait for its ready line."""
         child = self.child(name)
-        if child.process is not None and child.process.returncode is None:
-            _signal_group(child.process.pid, signal.SIGKILL)
-        if child.process is not None:
-            await child.process.wait()
+        child.process.kill()
+        await child.process.wait()
         argv = list(child.argv)
         if name == "broker" and "--port" in argv and self.bootstrap:
             argv[argv.index("--port") + 1] = self.bootstrap.rsplit(":", 1)[1]

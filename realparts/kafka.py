@@ -30,17 +30,16 @@ import json
 import os
 import pathlib
 import secrets
-import signal
 import subprocess
 import time
 import uuid
-from typing import IO, Any
+from typing import Any
 
 from realparts import caching, certifying, ports
-from shared.bus import broker as bus_broker
 from shared import lifecycle
-from shared.bus import errors
+from shared.bus import errors, topics
 from shared.bus.settings import KafkaSettings
+from supervising import processes
 
 KAFKA_VERSION = "4.1.1"
 SLF4J_VERSION = "2.0.17"
@@ -195,11 +194,12 @@ class KafkaBroker(lifecycle.Started):
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
         self._jvm_options = jvm_options
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._process: processes.Process | None = None
+        """The JVM while it runs (None once stopped or killed)."""
+        self._launched: processes.Process | None = None
+        """The JVM of the last start, running or not (whose output tells why it ended)."""
         self._settings: KafkaSettings | None = None
         self._state: _State | None = None
-        self._log_start = 0
 
     @property
     def log_path(self) -> pathlib.Path:
@@ -248,7 +248,7 @@ class KafkaBroker(lifecycle.Started):
         try:
             await self._start()
         except BaseException:
-            await asyncio.shield(self._halt(signal.SIGTERM))
+            await asyncio.shield(self.stop())
             raise
 
     async def _start(self) -> None:
@@ -275,7 +275,7 @@ class KafkaBroker(lifecycle.Started):
                 try:
                     await self._until_ready(state)
                 except caching.PartError:
-                    await self._halt(signal.SIGKILL)
+                    await self.kill()
                     if attempt == attempts or not self._bind_failed():
                         raise
                 else:
@@ -405,27 +405,19 @@ class KafkaBroker(lifecycle.Started):
 
     def _launch(self, java: str, jars: pathlib.Path) -> None:
         command = self._java_command(java, jars, "kafka.Kafka", str(self.state_dir / "server.properties"))
-        self._log = self.log_path.open("ab")
-        self._log.write(f"--- kto: starting Kafka {KAFKA_VERSION} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-        self._log.flush()
-        self._log_start = self._log.tell()
+        with self.log_path.open("ab") as log:
+            log.write(f"--- kto: starting Kafka {KAFKA_VERSION} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        self._process = self._launched = processes.Process("Kafka", processes.Command(
+            tuple(command), log=self.log_path, append=True, cwd=self.state_dir,
+        ))
         try:
-            self._process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                cwd=self.state_dir,
-                start_new_session=True,  # Ctrl-C in a terminal reaches kto, not the JVM
-            )
+            self._process.start()
         except OSError as exc:
             raise caching.PartError(f"cannot run {java}: {exc}") from exc
 
     def _output(self) -> str:
         """The JVM's output since this start."""
-        try:
-            with self.log_path.open("rb") as log:
-                log.seek(self._log_start)
-                return log.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return self._launched.output() if self._launched is not None else ""
 
     def _bind_failed(self) -> bool:
         return "Address already in use" in self._output()
@@ -443,44 +435,35 @@ class KafkaBroker(lifecycle.Started):
             )
 
         # First the port: the JVM takes a few seconds to bind it.
-        while True:
-            if process.poll() is not None:
+        try:
+            if not await ports.until_accepts(state.port, deadline, lambda: process.returncode is None, 0.1):
                 raise died()
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", state.port)
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise caching.PartError(
-                        f"Kafka did not listen on port {state.port} within {self._start_timeout:.0f}s "
-                        f"(log: {self.log_path}): {_tail(self._output())}"
-                    ) from None
-                await asyncio.sleep(0.1)
-                continue
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-            break
+        except TimeoutError:
+            raise caching.PartError(
+                f"Kafka did not listen on port {state.port} within {self._start_timeout:.0f}s "
+                f"(log: {self.log_path}): {_tail(self._output())}"
+            ) from None
         # Then Kafka requests: creating the topics succeeds once the broker has
         # caught up with the metadata log and is unfenced.
-        topics = asyncio.ensure_future(
-            bus_broker.ensure_topics(settings, timeout=max(1.0, deadline - time.monotonic()))
+        creating = asyncio.ensure_future(
+            topics.ensure_topics(settings, timeout=max(1.0, deadline - time.monotonic()))
         )
         try:
-            while not topics.done():
-                if process.poll() is not None:
+            while not creating.done():
+                if process.returncode is not None:
                     raise died()
-                await asyncio.wait({topics}, timeout=0.2)
+                await asyncio.wait({creating}, timeout=0.2)
             try:
-                topics.result()
+                creating.result()
             except errors.BrokerError as exc:
-                if process.poll() is not None:
+                if process.returncode is not None:
                     raise died() from exc
                 raise caching.PartError(f"Kafka did not become ready: {exc} (log: {self.log_path})") from exc
         finally:
-            if not topics.done():
-                topics.cancel()
+            if not creating.done():
+                creating.cancel()
                 with contextlib.suppress(BaseException):
-                    await topics
+                    await creating
         self._settings = settings
 
     # --- stop ------------------------------------------------------------
@@ -488,40 +471,24 @@ class KafkaBroker(lifecycle.Started):
     async def stop(self) -> None:
         """SIGTERM (Kafka's controlled shutdown), SIGKILL after ``stop_timeout``;
         safe to call twice."""
-        await self._halt(signal.SIGTERM)
+        process, self._process = self._process, None
+        self._settings = None
+        if process is not None and await process.stop(self._stop_timeout):
+            with self.log_path.open("ab") as log:
+                log.write(f"--- kto: killed Kafka after {self._stop_timeout}s\n".encode())
 
     async def kill(self) -> None:
         """SIGKILL the JVM at once, as a crash would; safe to call twice."""
-        await self._halt(signal.SIGKILL)
+        process, self._process = self._process, None
+        self._settings = None
+        if process is not None:
+            process.kill()
+            await process.stop(self._stop_timeout)
 
     async def restart(self) -> None:
         """Stop (SIGTERM) and start again on the same state directory and ports."""
         await self.stop()
         await self.start()
-
-    async def _halt(self, signum: signal.Signals) -> None:
-        process, self._process = self._process, None
-        output, self._log = self._log, None
-        self._settings = None
-        try:
-            if process is not None and process.poll() is None:
-                _signal_group(process, signum)
-                try:
-                    await asyncio.to_thread(process.wait, self._stop_timeout)
-                except subprocess.TimeoutExpired:
-                    _signal_group(process, signal.SIGKILL)
-                    await asyncio.to_thread(process.wait)
-                    if output is not None:
-                        output.write(f"--- kto: killed Kafka after {self._stop_timeout}s\n".encode())
-        finally:
-            if output is not None:
-                output.close()
-
-
-def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:
-    """Signal the process group the JVM leads (its own session)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
 
 
 # --- authentication and ACLs ----------------------------------------------------

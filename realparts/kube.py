@@ -2,8 +2,8 @@
 
 In: a state directory. Out: :class:`ControlPlane`, started with ``async with``;
 ``kubeconfig`` (token auth over TLS, one context), ``url``, and the
-processes, each in a session of its own with its output in
-``<state-dir>/logs/<name>.log``. Nodes are not part of it: ``sim.nodeagent``
+processes (:class:`supervising.processes.Process`), each in a session of its own
+with its output in ``<state-dir>/logs/<name>.log``. Nodes are not part of it: ``sim.nodeagent``
 registers fake GPU nodes against it and runs their pods.
 
 The binaries come from :func:`ensure_binaries`: one ``go build`` of the
@@ -16,27 +16,25 @@ Kubernetes itself pins), cached per machine by version in ``~/.cache/kto``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import datetime as dt
 import json
 import os
 import pathlib
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
 from realparts import caching, ports
 from shared import lifecycle
+from supervising import processes
 
 KUBERNETES_VERSION = "v1.37.2"
 """The pinned Kubernetes release (``k8s.io/kubernetes`` on the Go module proxy)."""
@@ -89,6 +87,9 @@ rules:
 START_TIMEOUT = 120.0
 """Seconds the whole control plane may take to become ready (the apiserver's first start on a busy
 2-core machine takes ~10-20 s)."""
+
+STOP_TIMEOUT = 10.0
+"""Seconds between SIGTERM and SIGKILL when one part is stopped."""
 
 
 # --------------------------------------------------------------------------
@@ -153,80 +154,25 @@ def ensure_binaries(*, quiet: bool = False) -> pathlib.Path:
 # --------------------------------------------------------------------------
 
 
-def tail(path: pathlib.Path, lines: int = 12) -> list[str]:
+def died(process: processes.Process) -> str:
+    """Which part ended, with what code, and the last lines of its log."""
+    assert process.command.log is not None
+    lines = "\n".join(f"    {line}" for line in processes.tail(process.command.log, 12))
+    return f"{process.name} exited with code {process.returncode}; last lines of {process.command.log}:\n{lines}"
+
+
+def start(process: processes.Process) -> None:
+    """Run a part; PartError if its binary cannot be run."""
     try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 16384))
-            return handle.read().decode("utf-8", "replace").splitlines()[-lines:]
-    except OSError:
-        return []
+        process.start()
+    except OSError as exc:
+        raise caching.PartError(f"cannot run {process.command.argv[0]}: {exc}") from exc
 
 
-@dataclasses.dataclass
-class Process:
-    """One control-plane binary running in its own session, output to its log."""
-
-    name: str
-    argv: list[str]
-    log: pathlib.Path
-    env: dict[str, str] | None = None
-    """Its environment (None: this process's)."""
-    pass_fds: tuple[int, ...] = ()
-    """Open files it inherits: a lock it must hold for as long as it lives."""
-    popen: subprocess.Popen[bytes] | None = None
-    _output: IO[bytes] | None = None
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._output = self.log.open("ab")
-        try:
-            self.popen = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
-                start_new_session=True, env=self.env, pass_fds=self.pass_fds,
-            )
-        except OSError as exc:
-            raise caching.PartError(f"cannot run {self.argv[0]}: {exc}") from exc
-
-    def check(self) -> None:
-        """PartError with the last log lines if the process has ended."""
-        if self.popen is not None and self.popen.poll() is not None:
-            raise caching.PartError(self.died())
-
-    def died(self) -> str:
-        code = self.popen.returncode if self.popen is not None else None
-        lines = "\n".join(f"    {line}" for line in tail(self.log))
-        return f"{self.name} exited with code {code}; last lines of {self.log}:\n{lines}"
-
-    @property
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    async def stop(self, timeout: float = 10.0) -> None:
-        popen, self.popen = self.popen, None
-        if popen is not None and popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, signal.SIGTERM)
-            try:
-                await asyncio.to_thread(popen.wait, timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGKILL)
-                await asyncio.to_thread(popen.wait)
-        elif popen is not None:
-            # It ended on its own; anything it left in its session goes too.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, signal.SIGKILL)
-        if self._output is not None:
-            self._output.close()
-            self._output = None
-
-    def kill(self) -> None:
-        """SIGKILL the process at once (a crash), keeping its state for a restart."""
-        if self.popen is not None and self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
+def check(process: processes.Process) -> None:
+    """PartError with the last log lines if the process has ended without being stopped."""
+    if process.ended:
+        raise caching.PartError(died(process))
 
 
 def _kubeconfig(url: str, ca: pathlib.Path, token: str, context: str) -> str:
@@ -262,7 +208,7 @@ class ControlPlane(lifecycle.Started):
         """The node agent's own identity (its writes are not kto's in the audit log)."""
         self.audit_log = self.state_dir / "audit.log"
         self.url = ""
-        self.processes: dict[str, Process] = {}
+        self.processes: dict[str, processes.Process] = {}
         self._token = ""
         self._tokens: dict[str, str] = {}
         self._ports: dict[str, int] = {}
@@ -336,7 +282,7 @@ class ControlPlane(lifecycle.Started):
             "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0",
             "--v=1",
         ], logs)
-        apiserver.start()
+        start(apiserver)
         ca = pki / "apiserver.crt"
         await self._wait(apiserver, deadline, lambda: ca.is_file() and self._ready())
         for user, token in self._tokens.items():
@@ -368,11 +314,11 @@ class ControlPlane(lifecycle.Started):
             "--secure-port=0",
             "--v=1",
         ], logs)
-        controller_manager.start()
-        scheduler.start()
+        start(controller_manager)
+        start(scheduler)
         # Pods are admitted only once the namespace's default ServiceAccount exists (its controller makes it).
         await self._wait(controller_manager, deadline, lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"))
-        scheduler.check()
+        check(scheduler)
 
     async def _start_etcd(self, binaries: pathlib.Path, logs: pathlib.Path, deadline: float) -> str:
         """etcd, ready; its client URL. A port chosen free can be taken before etcd binds it (another
@@ -390,34 +336,35 @@ class ControlPlane(lifecycle.Started):
                 # A test cluster on one disk: losing the last writes on a machine crash is fine.
                 "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3),
             ], logs)
-            etcd.start()
+            start(etcd)
             try:
                 await self._wait(etcd, deadline, lambda: _http_ok(f"{etcd_url}/health"))
                 return etcd_url
             except caching.PartError as exc:
                 if not first or attempt == ETCD_BIND_ATTEMPTS - 1 or "address already in use" not in str(exc):
                     raise
-            await etcd.stop()
+            await etcd.stop(STOP_TIMEOUT)
             shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
             self._ports.update({"etcd": ports.free(), "etcd-peer": ports.free()})
             (self.state_dir / "ports.json").write_text(json.dumps(self._ports))
         raise AssertionError("unreachable")
 
-    def _process(self, name: str, argv: list[str], logs: pathlib.Path) -> Process:
-        process = Process(name, argv, logs / f"{name}.log")
+    def _process(self, name: str, argv: list[str], logs: pathlib.Path) -> processes.Process:
+        process = processes.Process(name, processes.Command(tuple(argv), log=logs / f"{name}.log", append=True))
         self.processes[name] = process
         return process
 
-    async def _wait(self, process: Process, deadline: float, ready: object) -> None:
+    async def _wait(self, process: processes.Process, deadline: float, ready: object) -> None:
         assert callable(ready)
         while True:
-            process.check()
+            check(process)
             if await asyncio.to_thread(ready):
                 return
             if time.monotonic() > deadline:
-                lines = "\n".join(f"    {line}" for line in tail(process.log))
+                assert process.command.log is not None
+                lines = "\n".join(f"    {line}" for line in processes.tail(process.command.log, 12))
                 raise caching.PartError(
-                    f"{process.name} was not ready within {START_TIMEOUT:g}s; last lines of {process.log}:\n{lines}"
+                    f"{process.name} was not ready within {START_TIMEOUT:g}s; last lines of {process.command.log}:\n{lines}"
                 )
             await asyncio.sleep(0.2)
 
@@ -444,20 +391,20 @@ class ControlPlane(lifecycle.Started):
 
     def dead(self) -> list[str]:
         """A line (with the last log lines) for each process that has ended."""
-        return [process.died() for process in self.processes.values() if process.popen is not None and not process.alive]
+        return [died(process) for process in self.processes.values() if process.ended]
 
     async def stop(self) -> None:
         """Stop everything, the API server's clients first, etcd last; safe twice."""
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             process = self.processes.get(name)
             if process is not None:
-                await process.stop()
+                await process.stop(STOP_TIMEOUT)
 
     async def restart(self, name: str) -> None:
         """Start one stopped or killed process again with the same arguments."""
         process = self.processes[name]
-        await process.stop()
-        process.start()
+        await process.stop(STOP_TIMEOUT)
+        start(process)
         if name == "kube-apiserver":
             await self._wait(process, time.monotonic() + START_TIMEOUT, self._ready)
 

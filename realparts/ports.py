@@ -1,8 +1,13 @@
-"""Loopback ports for the real parts: a free one to listen on, and whether one is taken."""
+"""Loopback ports for the real parts: a free one to listen on, whether one is taken, whether one
+accepts connections."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
+import time
+from collections.abc import Callable
 
 
 def free() -> int:
@@ -23,3 +28,28 @@ def in_use(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+async def accepts(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` accepts a TCP connection now (the connection is closed at once)."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def until_accepts(port: int, deadline: float, alive: Callable[[], bool], interval: float) -> bool:
+    """Wait until 127.0.0.1:``port`` accepts connections (True) or ``alive()`` turns False (False:
+    what was to listen has ended); TimeoutError once ``time.monotonic()`` passes ``deadline``."""
+    while True:
+        if not alive():
+            return False
+        if await accepts(port):
+            return True
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing accepts connections on 127.0.0.1:{port}")
+        await asyncio.sleep(interval)

@@ -54,6 +54,7 @@ from typing import Any
 from realparts import caching, kube, ports
 from shared import lifecycle
 from shared.kube import clients, resources
+from supervising import processes
 
 VERSION = "v1.8.1"
 """The training-operator release served by the Go module proxy here (the last with ``kubeflow.org/v1`` alone)."""
@@ -134,15 +135,14 @@ class TrainingOperator(lifecycle.Started):
         self._start_timeout = start_timeout
         self._lock_timeout = lock_timeout
         self._progress = progress
-        self._process = kube.Process("training-operator", [], log)
+        self._process: processes.Process | None = None
         self._lock: int | None = None
         self._client: clients.KubeClient | None = None
         self._mirror: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int | None:
-        popen = self._process.popen
-        return popen.pid if popen is not None else None
+        return self._process.pid if self._process is not None else None
 
     async def start(self) -> None:
         binary = ensure_binary()
@@ -154,29 +154,30 @@ class TrainingOperator(lifecycle.Started):
         await _create(client, resources.SECRETS, NAMESPACE, {
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": CERT_SECRET, "namespace": NAMESPACE}})
         await _create(client, resources.VALIDATING_WEBHOOK_CONFIGURATIONS, None, WEBHOOK)
-        self._process.argv = [
+        argv = (
             str(binary), f"--kubeconfig={self.kubeconfig}", "--enable-scheme=pytorchjob",
             f"--controller-threads={self.threads}",
             f"--metrics-bind-address=127.0.0.1:{ports.free()}",
             f"--health-probe-bind-address=127.0.0.1:{ports.free()}", f"--webhook-server-port={ports.free()}",
-        ]
+        )
         # Its webhook server reads $TMPDIR/k8s-webhook-server/serving-certs, its rotator CERT_DIR.
-        self._process.env = dict(os.environ, TMPDIR=str(CERT_DIR.parents[1]))
-        self._process.pass_fds = (self._lock,)
+        env = dict(os.environ, TMPDIR=str(CERT_DIR.parents[1]))
         self.log.unlink(missing_ok=True)
-        self._process.start()
+        self._process = process = processes.Process("training-operator", processes.Command(
+            argv, log=self.log, append=True, env=env, pass_fds=(self._lock,)))
+        kube.start(process)
         _note(self._lock, f"pid {os.getpid()}, training-operator pid {self.pid}")
         self._mirror = asyncio.create_task(_mirror_certificate(client), name="training-operator certificate mirror")
         deadline = time.monotonic() + self._start_timeout
         while not workers_started(_text(self.log), JOB_CONTROLLER):
-            self._process.check()
+            kube.check(process)
             if self._mirror.done():  # it runs until cancelled: it failed
                 mirror, self._mirror = self._mirror, None
                 raise _mirror_failed(mirror.exception())
             if time.monotonic() > deadline:
                 raise caching.PartError(f"the training-operator did not start its {JOB_CONTROLLER} within "
                                         f"{self._start_timeout:g}s; last lines of {self.log}: "
-                                        + " | ".join(kube.tail(self.log, 8)))
+                                        + " | ".join(processes.tail(self.log, 8)))
             await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
@@ -187,7 +188,9 @@ class TrainingOperator(lifecycle.Started):
             mirror.cancel()
             await asyncio.wait([mirror])
             failed = None if mirror.cancelled() else mirror.exception()
-        await self._process.stop()
+        if self._process is not None:
+            process, self._process = self._process, None
+            await process.stop(kube.STOP_TIMEOUT)
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()

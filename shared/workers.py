@@ -209,14 +209,18 @@ async def run(
         consumer = await stack.enter_async_context(
             consuming.KeyedConsumer(
                 # The publisher's settings: its producer's mode, which the dead-letter producer need not ask again.
-                publisher.settings, identity.group_id, worker.handle, accept=worker.accepts,
+                publisher.settings,
+                consuming.ConsumerSettings(
+                    identity.group_id, concurrency_limit=identity.concurrency, span_name=identity.span_name,
+                    instance=identity.instance, lane_limit=lane_limit(identity.concurrency),
+                ),
+                worker.handle, accept=worker.accepts,
                 settle=service_metrics.timed_settle(identity.service, waiting_for_clusters(
                     worker.settle, publisher, identity.service, identity.release_after)),
-                lane=cluster_of, lane_limit=lane_limit(identity.concurrency),
+                lane=cluster_of,
                 on_event=[service_metrics.on_bus_event],
                 on_revoked=worker.forget,
-                concurrency_limit=identity.concurrency, span_name=identity.span_name,
-                instance=identity.instance, keyring=keyring,
+                keyring=keyring,
                 retriable=lambda exc: getattr(exc, "retriable", False) is True,
             )
         )

@@ -29,22 +29,35 @@ HELP = "Benchmark the pipeline: PyTorchJobs at a fixed rate through a local stac
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bench.pipeline import PipelineSettings
+    from kto import stack
+    from kto.cli import default_of
+    from services.reconciler.settings import ReconcilerSettings
+
     serving.add_backend_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=100, help="jobs to submit (default 100)")
-    parser.add_argument("--rate", type=float, default=20.0, help="jobs per second; 0 = all at once (default 20)")
-    parser.add_argument("--replicas", type=int, default=8, help="pods per job: 1 Master + N-1 Workers (default 8)")
-    parser.add_argument("--pod-duration", default="1s", help="how long the sim runs each pod (default 1s)")
-    parser.add_argument("--clusters", type=int, default=1, help="simulated clusters (default 1)")
-    parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
+    b, s = PipelineSettings(), stack.StackSettings()
+    parser.add_argument("--jobs", type=int, default=b.jobs, help=f"jobs to submit (default {b.jobs})")
+    parser.add_argument("--rate", type=float, default=b.rate,
+                        help=f"jobs per second; 0 = all at once (default {b.rate:g})")
+    parser.add_argument("--replicas", type=int, default=b.replicas,
+                        help=f"pods per job: 1 Master + N-1 Workers (default {b.replicas})")
+    parser.add_argument("--pod-duration", default=b.pod_duration,
+                        help=f"how long the sim runs each pod (default {b.pod_duration})")
+    parser.add_argument("--clusters", type=int, default=s.clusters, help=f"simulated clusters (default {s.clusters})")
+    parser.add_argument("--reconcilers", type=int, default=s.reconcilers,
+                        help=f"reconciler processes (default {s.reconcilers})")
     parser.add_argument("--reconciler-concurrency", type=int, default=None, metavar="N",
-                        help="job keys each reconciler settles at once (default: the reconciler's, 32)")
-    parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
-    parser.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
-                        help="latency of every simulated API request, in ms (default 0)")
-    parser.add_argument("--partitions", type=int, default=16, help="partitions of the jobs topic (default 16)")
+                        help="job keys each reconciler settles at once (default: the reconciler's, "
+                             f"{default_of(ReconcilerSettings, 'concurrency')})")
+    parser.add_argument("--status-workers", type=int, default=s.status_workers,
+                        help=f"status-service processes (default {s.status_workers})")
+    parser.add_argument("--api-latency", type=float, default=s.api_latency_ms, metavar="MS",
+                        help=f"latency of every simulated API request, in ms (default {s.api_latency_ms:g})")
+    parser.add_argument("--partitions", type=int, default=s.partitions,
+                        help=f"partitions of the jobs topic (default {s.partitions})")
     parser.add_argument("--nodes", type=int, default=8, help="simulated nodes per cluster (default 8)")
-    parser.add_argument("--timeout", type=float, default=180.0,
-                        help="seconds every job has to succeed (default 180)")
+    parser.add_argument("--timeout", type=float, default=b.timeout,
+                        help=f"seconds every job has to succeed (default {b.timeout:g})")
     parser.add_argument("--ceiling-creates", type=int, default=400,
                         help="pods POSTed to measure the create ceiling (default 400)")
     parser.add_argument("--freeze", type=float, default=0.0, metavar="SECONDS",
@@ -133,14 +146,14 @@ def _upstream(args: argparse.Namespace, stack_settings: object, bench_settings: 
 async def _upstream_run(stack_settings: object, bench_settings: object, threads: int) -> dict[str, Any]:
     """A fresh real control plane of the stack's shape, the training-operator on it (bench/upstream.py)."""
     from bench import pipeline, upstream
-    from kto import stack
+    from supervising import processes
 
     assert isinstance(bench_settings, pipeline.PipelineSettings)
     _progress("building (once) and starting the training-operator on a fresh control plane")
     async with _fresh_cluster(stack_settings, "upstream", upstream.CONTEXT,
                               f"control-plane-{upstream.CONTEXT}") as (kubeconfig, directory):
         return await upstream.run(kubeconfig, directory / "audit.log", directory / "training-operator.log",
-                                  bench_settings, _progress, stack.cpu_seconds, threads)
+                                  bench_settings, _progress, processes.cpu_seconds, threads)
 
 
 def _progress(text: str) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from realparts.kafka import KafkaBroker
+    from realparts.tansu import EmbeddedBroker
 
 HELP = "Run a Kafka broker with the kto topics: Tansu in memory (default) or real Apache Kafka on disk."
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from kto.cli import UserError
-    from shared.bus import broker, errors, settings
+    from shared.bus import errors, settings
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a port number")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.partitions is not None:
         base = dataclasses.replace(base, partitions=args.partitions)
 
-    running: broker.EmbeddedBroker | KafkaBroker
+    running: EmbeddedBroker | KafkaBroker
     if args.engine == "kafka":
         try:
             from realparts import caching, kafka
@@ -72,8 +73,12 @@ def run(args: argparse.Namespace) -> int:
         running = kafka.KafkaBroker(pathlib.Path(args.state_dir or DEFAULT_KAFKA_STATE_DIR),
                                     args.port, settings=base)
     else:
+        try:
+            from realparts import tansu
+        except ImportError as exc:  # an installed kto without the repository's realparts/
+            raise UserError(f"--engine tansu needs kto's realparts package (run from the repository): {exc}") from None
         part_errors = (errors.BrokerError,)
-        running = broker.EmbeddedBroker(args.port, settings=base)
+        running = tansu.EmbeddedBroker(args.port, settings=base)
 
     async def serve() -> None:
         stop = asyncio.Event()

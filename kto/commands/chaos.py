@@ -20,13 +20,17 @@ HELP = "Run a seeded chaos run (kills, broker restart, API faults, malformed and
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bench.chaos import ChaosSettings
+
     serving.add_backend_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=100, help="jobs to submit (default 100)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
-    parser.add_argument("--fault-seconds", type=float, default=40.0,
-                        help="how long faults go on; jobs are submitted over the first half (default 40)")
-    parser.add_argument("--converge-timeout", type=float, default=120.0,
-                        help="seconds to wait after the last fault for every job to end as it should (default 120)")
+    c = ChaosSettings()
+    parser.add_argument("--jobs", type=int, default=c.jobs, help=f"jobs to submit (default {c.jobs})")
+    parser.add_argument("--seed", type=int, default=c.seed, help=f"seed of every random choice (default {c.seed})")
+    parser.add_argument("--fault-seconds", type=float, default=c.fault_seconds,
+                        help=f"how long faults go on; jobs are submitted over the first half (default {c.fault_seconds:g})")
+    parser.add_argument("--converge-timeout", type=float, default=c.converge_timeout,
+                        help="seconds to wait after the last fault for every job to end as it should "
+                             f"(default {c.converge_timeout:g})")
     parser.add_argument("--reconcilers", type=int, default=2, help="reconciler processes (default 2)")
     parser.add_argument("--status-workers", type=int, default=2, help="status-service processes (default 2)")
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the jobs topic (default 8)")

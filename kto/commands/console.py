@@ -34,26 +34,33 @@ the namespaces its user may list are shown.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kto import stack
+    from kto.cli import default_of
+    from kto.console.settings import ConsoleSettings
+
+    state_dir = default_of(stack.StackSettings, "state_dir")
+    host, port = default_of(ConsoleSettings, "host"), default_of(ConsoleSettings, "port")
+    refresh = default_of(ConsoleSettings, "refresh")
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--kubeconfig", type=pathlib.Path, default=None,
                         help="kubeconfig whose contexts are the clusters shown (default: STATE_DIR/kubeconfig "
                              "when it exists, else $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto"),
-                        help="the state dir of `kto up` whose kubeconfig is used without --kubeconfig (default .kto)")
+    parser.add_argument("--state-dir", type=pathlib.Path, default=state_dir,
+                        help=f"the state dir of `kto up` whose kubeconfig is used without --kubeconfig (default {state_dir})")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap address (default: KTO_KAFKA_BOOTSTRAP)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1); on any but a loopback address every "
+    parser.add_argument("--host", default=host,
+                        help=f"address to listen on (default {host}); on any but a loopback address every "
                              "request needs a bearer token")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="a host name (or address) requests may name in their Host header besides localhost, "
                              "loopback addresses and --host (repeatable); others are refused (421)")
-    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: any free one)")
-    parser.add_argument("--trace-url", default="", metavar="TEMPLATE",
+    parser.add_argument("--port", type=int, default=port, help=f"port to listen on (default {port}; 0: any free one)")
+    parser.add_argument("--trace-url", default=default_of(ConsoleSettings, "trace_url"), metavar="TEMPLATE",
                         help="link to a trace, {trace_id} standing for its id, "
                              "e.g. 'http://jaeger:16686/trace/{trace_id}' (default: ids without links)")
-    parser.add_argument("--refresh", type=float, default=1.0, metavar="SECONDS",
-                        help="seconds between two looks at the clusters while a page is open (default 1)")
+    parser.add_argument("--refresh", type=float, default=refresh, metavar="SECONDS",
+                        help=f"seconds between two looks at the clusters while a page is open (default {refresh:g})")
 
 
 def _kubeconfig(args: argparse.Namespace) -> pathlib.Path:

@@ -18,17 +18,22 @@ HELP = "Run a real Kubernetes control plane (etcd, apiserver, controller-manager
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kto.cli import default_of
+    from sim.settings import SimSettings
+
+    nodes, pod_duration = default_of(SimSettings, "nodes"), default_of(SimSettings, "pod_duration")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/control-plane"),
                         help="etcd data, keys, logs and the kubeconfig (default .kto/control-plane); "
                              "started again on the same dir it keeps every object")
     parser.add_argument("--port", type=int, default=0,
                         help="HTTPS port of the API server on 127.0.0.1 (default: a free one, kept in the state dir)")
     parser.add_argument("--context", default="kube", help="context (and cluster, user) name in the kubeconfig")
-    parser.add_argument("--nodes", type=int, default=4, help="fake nodes (default 4)")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity of each node")
-    parser.add_argument("--pod-duration", type=float, default=2.0,
-                        help="seconds a pod runs unless its sim.kto.dev/duration says otherwise (default 2)")
-    parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
+    parser.add_argument("--nodes", type=int, default=nodes, help=f"fake nodes (default {nodes})")
+    parser.add_argument("--gpus-per-node", type=int, default=default_of(SimSettings, "gpus_per_node"),
+                        help="nvidia.com/gpu capacity of each node")
+    parser.add_argument("--pod-duration", type=float, default=pod_duration,
+                        help=f"seconds a pod runs unless its sim.kto.dev/duration says otherwise (default {pod_duration:g})")
+    parser.add_argument("--runtime", choices=("simulated", "process"), default=default_of(SimSettings, "runtime"),
                         help="how the nodes run pods (their sim.kto.dev/runtime label): simulated (default) or "
                              "process, real local processes for pods whose containers all have a command")
     parser.add_argument("--pods-dir", type=pathlib.Path, default=None, metavar="DIR",
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             if dead and not args.restart_dead_parts:
                 raise caching.PartError("\n".join(dead))
             for name, process in plane.processes.items():
-                if process.popen is not None and not process.alive:
+                if process.ended:
                     logging.getLogger("kto.control-plane").warning("%s died; starting it again", name)
                     await plane.restart(name)
             await asyncio.sleep(0.5)

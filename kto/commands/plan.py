@@ -34,6 +34,9 @@ fail the command.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kto.cli import default_of
+    from shared.core.settings import OperatorSettings
+
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("files", nargs="+", metavar="FILE", help="job YAML file(s); '-' reads stdin")
@@ -42,11 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="yaml: a '---' separated stream (default); json: one JSON array",
     )
     parser.add_argument(
-        "--gang-scheduler-name", default="",
+        "--gang-scheduler-name", default=default_of(OperatorSettings, "gang_scheduler_name"),
         help="as the operator flag: 'volcano' or a scheduler-plugins scheduler name; empty = off",
     )
     parser.add_argument(
-        "--cluster-domain", default="",
+        "--cluster-domain", default=default_of(OperatorSettings, "cluster_domain"),
         help="as CUSTOM_CLUSTER_DOMAIN: suffix appended to TF_CONFIG host names",
     )
 

@@ -9,24 +9,35 @@ HELP = "run a reconciler worker (consumer group kto-reconciler on kto.jobs)"
 
 def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     """The upstream operator flags that shape children (spec §10)."""
-    parser.add_argument("--gang-scheduler-name", default="", help="volcano, or a scheduler-plugins scheduler name")
-    parser.add_argument("--pytorch-init-container-image", default="alpine:3.10")
-    parser.add_argument("--pytorch-init-container-max-tries", type=int, default=100)
-    parser.add_argument("--mpi-kubectl-delivery-image", default="kubeflow/kubectl-delivery:latest")
+    from kto.cli import default_of
+    from shared.core.settings import OperatorSettings
+
+    parser.add_argument("--gang-scheduler-name", default=default_of(OperatorSettings, "gang_scheduler_name"),
+                        help="volcano, or a scheduler-plugins scheduler name")
+    parser.add_argument("--pytorch-init-container-image",
+                        default=default_of(OperatorSettings, "pytorch_init_container_image"))
+    parser.add_argument("--pytorch-init-container-max-tries", type=int,
+                        default=default_of(OperatorSettings, "pytorch_init_container_max_tries"))
+    parser.add_argument("--mpi-kubectl-delivery-image", default=default_of(OperatorSettings, "mpi_kubectl_delivery_image"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kto import serving
+    from kto.cli import default_of
+    from services.reconciler.settings import ReconcilerSettings
 
-    serving.add_worker_arguments(parser, group="kto-reconciler")
-    parser.add_argument("--create-concurrency", type=int, default=16,
-                        help="pods and services of one job created at the same time (default 16)")
-    parser.add_argument("--check-after", type=float, default=300.0, metavar="SECONDS",
+    serving.add_worker_arguments(parser, ReconcilerSettings)
+    create_concurrency = default_of(ReconcilerSettings, "create_concurrency")
+    check_after = default_of(ReconcilerSettings, "check_after")
+    exec_timeout = default_of(ReconcilerSettings, "exec_timeout")
+    parser.add_argument("--create-concurrency", type=int, default=create_concurrency,
+                        help=f"pods and services of one job created at the same time (default {create_concurrency})")
+    parser.add_argument("--check-after", type=float, default=check_after, metavar="SECONDS",
                         help="read a job afresh when it was not observed for this long, to notice one deleted "
-                        "while no watcher ran (default 300; 0 = never)")
-    parser.add_argument("--exec-timeout", type=float, default=60.0, metavar="SECONDS",
+                        f"while no watcher ran (default {check_after:g}; 0 = never)")
+    parser.add_argument("--exec-timeout", type=float, default=exec_timeout, metavar="SECONDS",
                         help="time limit of each command run in a TrainingJob's launcher; one still running "
-                        "then counts as failed (default 60)")
+                        f"then counts as failed (default {exec_timeout:g})")
     add_operator_arguments(parser)
 
 

@@ -12,23 +12,31 @@ HELP = "Run the local cluster: a Kubernetes API stand-in with scheduler, kubelet
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 picks a free one)")
-    parser.add_argument("--nodes", type=int, default=4, help="number of simulated nodes")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity of each node")
-    parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
-                        help="seconds a pod runs unless its sim.kto.dev/duration says otherwise (default 2)")
-    parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
+    from kto.cli import default_of
+    from sim.settings import SimSettings
+
+    pod_duration = default_of(SimSettings, "pod_duration")
+    parser.add_argument("--port", type=int, default=default_of(SimSettings, "port"),
+                        help="TCP port on 127.0.0.1 (0 picks a free one)")
+    parser.add_argument("--nodes", type=int, default=default_of(SimSettings, "nodes"), help="number of simulated nodes")
+    parser.add_argument("--gpus-per-node", type=int, default=default_of(SimSettings, "gpus_per_node"),
+                        help="nvidia.com/gpu capacity of each node")
+    parser.add_argument("--pod-duration", type=float, default=pod_duration, metavar="SECONDS",
+                        help=f"seconds a pod runs unless its sim.kto.dev/duration says otherwise (default {pod_duration:g})")
+    parser.add_argument("--runtime", choices=("simulated", "process"), default=default_of(SimSettings, "runtime"),
                         help="how the nodes run pods (their sim.kto.dev/runtime label): simulated (default) or "
                              "process, real local processes for pods whose containers all have a command")
     parser.add_argument("--pods-dir", type=pathlib.Path, default=None, metavar="DIR",
                         help="process pods' scratch directories and logs (default: a temporary directory)")
-    parser.add_argument("--cpu-per-node", default="32", help="CPU capacity of each node (a quantity)")
-    parser.add_argument("--memory-per-node", default="256Gi", help="memory capacity of each node (a quantity)")
+    parser.add_argument("--cpu-per-node", default=default_of(SimSettings, "cpu_per_node"),
+                        help="CPU capacity of each node (a quantity)")
+    parser.add_argument("--memory-per-node", default=default_of(SimSettings, "memory_per_node"),
+                        help="memory capacity of each node (a quantity)")
     parser.add_argument("--kubeconfig", type=pathlib.Path, default=pathlib.Path(".kto/sim/kubeconfig"),
                         help="where to write the kubeconfig (default .kto/sim/kubeconfig)")
-    parser.add_argument("--faults", default="", metavar="SPEC",
+    parser.add_argument("--faults", default=default_of(SimSettings, "faults"), metavar="SPEC",
                         help="fault-injection spec, e.g. 'latency=get:5ms;error_rate=0.05' (see docs/sim.md)")
-    parser.add_argument("--watch-window", type=int, default=10000,
+    parser.add_argument("--watch-window", type=int, default=default_of(SimSettings, "watch_window"),
                         help="watch history length; older resourceVersions get 410 Gone")
 
 

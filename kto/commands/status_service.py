@@ -9,13 +9,16 @@ HELP = "run a status worker (consumer group kto-status on kto.jobs)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kto import serving
+    from kto.cli import default_of
+    from services.status.settings import StatusSettings
 
-    serving.add_worker_arguments(parser, group="kto-status")
+    serving.add_worker_arguments(parser, StatusSettings)
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
+    write_interval = default_of(StatusSettings, "write_interval")
     parser.add_argument(
-        "--write-interval", type=float, default=0.5, metavar="SECONDS",
+        "--write-interval", type=float, default=write_interval, metavar="SECONDS",
         help="least time between two status writes of one job; changes within it are written together "
-        "(default 0.5; 0 writes every change at once)",
+        f"(default {write_interval:g}; 0 writes every change at once)",
     )
 
 

@@ -33,30 +33,37 @@ the clusters, then the broker.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kto import stack
+
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     serving.add_backend_arguments(parser)
-    parser.add_argument("--clusters", type=int, default=1, help="local clusters (default 1)")
-    parser.add_argument("--reconcilers", type=int, default=1, help="reconciler processes (default 1)")
-    parser.add_argument("--status-workers", type=int, default=1, help="status-service processes (default 1)")
+    s = stack.StackSettings()  # every option below but --webhooks defaults to its field
+    parser.add_argument("--clusters", type=int, default=s.clusters, help=f"local clusters (default {s.clusters})")
+    parser.add_argument("--reconcilers", type=int, default=s.reconcilers,
+                        help=f"reconciler processes (default {s.reconcilers})")
+    parser.add_argument("--status-workers", type=int, default=s.status_workers,
+                        help=f"status-service processes (default {s.status_workers})")
     parser.add_argument("--webhooks", type=int, default=1,
                         help="admission webhook processes, registered on every cluster (default 1; 0: none, "
                              "invalid jobs are then refused by the reconciler instead of at apply time)")
-    parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto"),
-                        help="kubeconfig, logs and lock live here (default .kto)")
-    parser.add_argument("--partitions", type=int, default=16, help="partitions of the jobs topic (default 16)")
-    parser.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
-                        help="latency every simulated API request gets, in ms (default 0)")
-    parser.add_argument("--nodes", type=int, default=4, help="simulated nodes per cluster (default 4)")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
-    parser.add_argument("--pod-duration", type=float, default=2.0, metavar="SECONDS",
+    parser.add_argument("--state-dir", type=pathlib.Path, default=s.state_dir,
+                        help=f"kubeconfig, logs and lock live here (default {s.state_dir})")
+    parser.add_argument("--partitions", type=int, default=s.partitions,
+                        help=f"partitions of the jobs topic (default {s.partitions})")
+    parser.add_argument("--api-latency", type=float, default=s.api_latency_ms, metavar="MS",
+                        help=f"latency every simulated API request gets, in ms (default {s.api_latency_ms:g})")
+    parser.add_argument("--nodes", type=int, default=s.nodes, help=f"simulated nodes per cluster (default {s.nodes})")
+    parser.add_argument("--gpus-per-node", type=int, default=s.gpus_per_node,
+                        help=f"nvidia.com/gpu per node (default {s.gpus_per_node})")
+    parser.add_argument("--pod-duration", type=float, default=s.pod_duration, metavar="SECONDS",
                         help="seconds a simulated pod runs unless its sim.kto.dev/duration says otherwise "
-                             "(default 2; longer lets you watch a job scale)")
-    parser.add_argument("--metrics-port-base", type=int, default=0, metavar="PORT",
+                             f"(default {s.pod_duration:g}; longer lets you watch a job scale)")
+    parser.add_argument("--metrics-port-base", type=int, default=s.metrics_port_base, metavar="PORT",
                         help="serve each watcher's, reconciler's and status worker's Prometheus /metrics on its "
                         "own port from PORT up (in that order), and write DIR/prometheus.yml to scrape them "
-                        "(default 0: no metrics)")
-    parser.add_argument("--runtime", choices=("simulated", "process"), default="simulated",
+                        f"(default {s.metrics_port_base}: no metrics)")
+    parser.add_argument("--runtime", choices=stack.RUNTIMES, default=s.runtime,
                         help="how the nodes run pods: simulated (default) or process: a pod whose containers "
                              "all have a command runs them as local processes (docs/sandbox.md)")
 

@@ -17,7 +17,12 @@ HELP = "watch one cluster's training jobs and publish every change to kto.jobs"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kto import serving
+    from kto.cli import default_of
+    from services.watcher.settings import WatcherSettings
 
+    resync_interval = default_of(WatcherSettings, "resync_interval")
+    lease_namespace = default_of(WatcherSettings, "lease_namespace")
+    lease_duration = default_of(WatcherSettings, "lease_duration")
     parser.add_argument("--cluster", required=True,
                         help="cluster name: the first part of every job key published")
     parser.add_argument("--kubeconfig", default=None,
@@ -25,12 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     parser.add_argument("--namespace", default=None, metavar="NS[,NS...]",
                         help="watch only these namespaces, comma-separated (default: $KTO_NAMESPACES, else all)")
-    parser.add_argument("--resync-interval", type=float, default=30.0,
-                        help="seconds between resyncs of every live job (default: 30)")
-    parser.add_argument("--lease-namespace", default="default",
-                        help="namespace of the leader-election Lease (default: default)")
-    parser.add_argument("--lease-duration", type=float, default=15.0,
-                        help="seconds before a standby takes over from a silent leader (default: 15)")
+    parser.add_argument("--resync-interval", type=float, default=resync_interval,
+                        help=f"seconds between resyncs of every live job (default: {resync_interval:g})")
+    parser.add_argument("--lease-namespace", default=lease_namespace,
+                        help=f"namespace of the leader-election Lease (default: {lease_namespace})")
+    parser.add_argument("--lease-duration", type=float, default=lease_duration,
+                        help=f"seconds before a standby takes over from a silent leader (default: {lease_duration:g})")
     serving.add_metrics_argument(parser)
 
 

@@ -22,8 +22,12 @@ KEY_ENV = "KTO_WEBHOOK_TLS_PRIVATE_KEY_FILE"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=9443, help="port to listen on (default 9443; 0 = any free)")
+    from kto.cli import default_of
+    from services.webhook.settings import WebhookSettings
+
+    host, port = default_of(WebhookSettings, "host"), default_of(WebhookSettings, "port")
+    parser.add_argument("--host", default=host, help=f"address to listen on (default {host})")
+    parser.add_argument("--port", type=int, default=port, help=f"port to listen on (default {port}; 0 = any free)")
     parser.add_argument("--tls-cert-file", type=pathlib.Path, default=None, metavar="FILE",
                         help=f"PEM serving certificate (default ${CERT_ENV})")
     parser.add_argument("--tls-private-key-file", type=pathlib.Path, default=None, metavar="FILE",

@@ -191,6 +191,49 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owner._on_assigned(list(assigned))
 
 
+@dataclasses.dataclass(frozen=True)
+class ConsumerSettings:
+    """How a :class:`KeyedConsumer` consumes: its group, topics, concurrency and timing."""
+
+    group_id: str
+    """The consumer group it joins (``kto-reconciler``, ``kto-status`` …)."""
+
+    topics: tuple[str, ...] = ()
+    """Topics to subscribe to; empty: the jobs topic of the Kafka settings."""
+
+    concurrency_limit: int = 32
+    """Job keys handled at the same time."""
+
+    dedupe_capacity: int = 10_000
+    """Record ids remembered to drop duplicates."""
+
+    policy: retrying.RetryPolicy = retrying.RetryPolicy()
+    """Backoff and attempts, shared with the publisher (of the dead-letter topic)."""
+
+    span_name: str = "reconcile"
+    """Name of the span a settle runs in (each record is handled in a ``process <topic>`` span)."""
+
+    commit_interval: float = 1.0
+    """Seconds between periodic commits."""
+
+    max_buffered: int | None = None
+    """Records taken in but unfinished before fetching pauses; None: ``8 * concurrency_limit``."""
+
+    drain_timeout: float = 60.0
+    """Seconds a revoke or stop waits for records taken in."""
+
+    instance: str | None = None
+    """Process instance id, stamped on dead-letter headers; None: the Kafka settings' ``client_id``."""
+
+    lane_limit: int | None = None
+    """Handler slots the settles of one lane hold at most (see the module doc); None:
+    ``concurrency_limit`` (and never more than it)."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency_limit < 1 or self.dedupe_capacity < 0:
+            raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
+
+
 class KeyedConsumer(lifecycle.Started):
     """A consumer-group member that hands records to ``handler`` per job key.
 
@@ -201,44 +244,23 @@ class KeyedConsumer(lifecycle.Started):
 
     def __init__(
         self,
-        settings: KafkaSettings,
-        group_id: str,
+        kafka: KafkaSettings,
+        settings: ConsumerSettings,
         handler: Handler,
         *,
-        topics: Sequence[str] | None = None,
-        concurrency_limit: int = 32,
-        dedupe_capacity: int = 10_000,
-        on_event: Iterable[events.Hook] = (),
-        retriable: Callable[[BaseException], bool] | None = None,
-        policy: retrying.RetryPolicy = retrying.RetryPolicy(),
-        span_name: str = "reconcile",
-        commit_interval: float = 1.0,
-        max_buffered: int | None = None,
-        drain_timeout: float = 60.0,
-        instance: str | None = None,
         settle: Settle | None = None,
         accept: Callable[[str], bool] | None = None,
-        on_revoked: Callable[[set[str]], None] | None = None,
         lane: Callable[[str], str] | None = None,
-        lane_limit: int | None = None,
+        on_revoked: Callable[[set[str]], None] | None = None,
+        retriable: Callable[[BaseException], bool] | None = None,
+        on_event: Iterable[events.Hook] = (),
         keyring: signing.Keyring | None = None,
     ) -> None:
         """
         Args:
-            topics: topics to subscribe to; the jobs topic by default.
-            concurrency_limit: job keys handled at the same time.
-            dedupe_capacity: record ids remembered to drop duplicates.
-            on_event: observability hooks (see :mod:`shared.bus.events`).
-            retriable: extra test for handler errors worth retrying, besides
-                :class:`~shared.bus.errors.Retriable` and errors flagged retriable.
-            policy: backoff and attempts, shared with the publisher.
-            span_name: name of the span a settle runs in (each record is
-                handled in a ``process <topic>`` span).
-            commit_interval: seconds between periodic commits.
-            max_buffered: records taken in but unfinished before fetching pauses
-                (default ``8 * concurrency_limit``).
-            drain_timeout: seconds a revoke or stop waits for records taken in.
-            instance: process instance id, stamped on dead-letter headers.
+            kafka: how to reach the broker, and the jobs and dead-letter topics.
+            settings: the group, topics, concurrency and timing (:class:`ConsumerSettings`).
+            handler: takes each record in (see the module doc).
             settle: act once per burst of a key's records (see the module doc);
                 its failures are retried like the handler's and dead-letter
                 the burst's last record.
@@ -247,40 +269,42 @@ class KeyedConsumer(lifecycle.Started):
                 wants it; records it refuses are passed over undecoded (their
                 offsets still count as done). Records without the header are
                 always handled.
+            lane: a key's lane (see the module doc); settles of one lane hold at
+                most ``settings.lane_limit`` slots at once.
             on_revoked: told, after a rebalance, the job keys of the partitions
                 this member lost (revoked and not given back): whatever it keeps
                 per key must go, since another member handles those keys now and
                 this one's copy would be stale if they came back.
-            lane: a key's lane (see the module doc); settles of one lane hold at
-                most ``lane_limit`` (default ``concurrency_limit``) slots at once.
+            retriable: extra test for handler errors worth retrying, besides
+                :class:`~shared.bus.errors.Retriable` and errors flagged retriable.
+            on_event: observability hooks (see :mod:`shared.bus.events`).
             keyring: when given, only authentic records reach the handler: signed by a
                 trusted key whose role may write what the record is
                 (:mod:`shared.bus.signing`); any other is dead-lettered with the reason.
         """
-        if concurrency_limit < 1 or dedupe_capacity < 0:
-            raise ValueError("concurrency_limit must be ≥ 1 and dedupe_capacity ≥ 0")
-        self._settings = settings
-        self._group_id = group_id
+        concurrency_limit = settings.concurrency_limit
+        self._settings = kafka
+        self._group_id = settings.group_id
         self._handler = handler
-        self._topics = tuple(topics or (settings.jobs_topic,))
+        self._topics = settings.topics or (kafka.jobs_topic,)
         self._handler_slots = asyncio.Semaphore(concurrency_limit)
         self._lane = lane
-        self._lane_limit = min(lane_limit or concurrency_limit, concurrency_limit)
+        self._lane_limit = min(settings.lane_limit or concurrency_limit, concurrency_limit)
         self._lanes: dict[str, asyncio.Semaphore] = {}
         """Lane → its slots (one per cluster for the workers: a handful to a few hundred)."""
-        self._capacity = asyncio.Semaphore(max_buffered or 8 * concurrency_limit)
-        self._dedupe_capacity = dedupe_capacity
+        self._capacity = asyncio.Semaphore(settings.max_buffered or 8 * concurrency_limit)
+        self._dedupe_capacity = settings.dedupe_capacity
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._emit = events.Emitter(on_event)
         self._retriable = retriable
-        self._policy = policy
+        self._policy = settings.policy
         self._settle = settle
         self._accept = accept
         self._revoked_hook = on_revoked
-        self._settle_span_name = span_name
-        self._commit_interval = commit_interval
-        self._drain_timeout = drain_timeout
-        self._instance = instance or settings.client_id
+        self._settle_span_name = settings.span_name
+        self._commit_interval = settings.commit_interval
+        self._drain_timeout = settings.drain_timeout
+        self._instance = settings.instance or kafka.client_id
         self._on_event = tuple(on_event)
         self._keyring = keyring
 

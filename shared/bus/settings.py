@@ -2,7 +2,7 @@
 
 In: the process environment (``KTO_KAFKA_*``), read once at start-up by a command.
 Out: one frozen :class:`KafkaSettings` passed down explicitly to publishers,
-consumers, readers and :func:`shared.bus.broker.ensure_topics`, plus
+consumers, readers and :func:`shared.bus.topics.ensure_topics`, plus
 :func:`client_options`, the aiokafka keyword arguments those clients share.
 """
 

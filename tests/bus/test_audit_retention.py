@@ -10,7 +10,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from shared.bus import broker as broker_module
+from shared.bus import topics
 from shared.bus.settings import KafkaSettings, SettingsError, client_options
 from tests.fixtures.broker import topics_of_this_test
 
@@ -44,7 +44,7 @@ async def test_real_kafka_keeps_the_jobs_topic_as_an_audit_log(real_kafka: Kafka
 
 def test_the_retention_is_a_setting_with_a_floor() -> None:
     assert KafkaSettings.from_env({"KTO_KAFKA_RETENTION_MS": "-1"}).retention_ms == -1
-    assert broker_module.topic_configs(KafkaSettings(replication_factor=3))["min.insync.replicas"] == "2"
+    assert topics.topic_configs(KafkaSettings(replication_factor=3))["min.insync.replicas"] == "2"
     with pytest.raises(SettingsError, match="KTO_KAFKA_RETENTION_MS: must be -1 .for ever. or at least an hour"):
         KafkaSettings.from_env({"KTO_KAFKA_RETENTION_MS": "1000"})
     with pytest.raises(SettingsError, match="KTO_KAFKA_RETENTION_MS='soon': not an integer"):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry import context as otel_context
 
-from shared.bus import broker as broker_module
+from realparts import tansu
 from shared.bus import consuming, events, producing, records
 from shared.bus.settings import KafkaSettings
 
@@ -41,7 +41,7 @@ async def commit(kafka: KafkaSettings, group: str, offset: int) -> None:
 async def test_offsets_past_the_end_of_a_log_the_broker_lost_are_reset_and_nothing_later_is_skipped() -> None:
     base = KafkaSettings(partitions=1, client_id="kto-loss-test", linger_ms=1, session_timeout_ms=6000,
                          heartbeat_interval_ms=300)
-    embedded = broker_module.EmbeddedBroker(settings=base)
+    embedded = tansu.EmbeddedBroker(settings=base)
     await embedded.start()
     kafka = embedded.settings
     port = int(kafka.bootstrap.rsplit(":", 1)[1])
@@ -61,13 +61,13 @@ async def test_offsets_past_the_end_of_a_log_the_broker_lost_are_reset_and_nothi
             for seq in range(30):
                 await pub.publish(records.Decision(key=key(seq % 3), action="x", detail={"seq": seq}))
         await embedded.stop()
-        embedded = broker_module.EmbeddedBroker(port, settings=base)
+        embedded = tansu.EmbeddedBroker(port, settings=base)
         await embedded.start()  # empty: the log, the group and its offsets are gone
         await commit(kafka, "g", 30)
         async with producing.Publisher(kafka, "test", "t-2") as pub:
             for seq in range(100, 105):
                 await pub.publish(records.Decision(key=key(seq % 3), action="x", detail={"seq": seq}))
-        consumer = consuming.KeyedConsumer(kafka, "g", handle, on_event=[on_event])
+        consumer = consuming.KeyedConsumer(kafka, consuming.ConsumerSettings("g"), handle, on_event=[on_event])
         task = asyncio.create_task(consumer.run())
         try:
             await until(lambda: set(range(100, 105)) <= set(seen), timeout=40)
@@ -87,7 +87,7 @@ async def test_a_member_running_across_a_restart_commits_nothing_into_the_new_lo
     partition is read from the new log's beginning and no record of it is skipped."""
     base = KafkaSettings(partitions=1, client_id="kto-loss-test", linger_ms=1, session_timeout_ms=6000,
                          heartbeat_interval_ms=300)
-    embedded = broker_module.EmbeddedBroker(settings=base)
+    embedded = tansu.EmbeddedBroker(settings=base)
     await embedded.start()
     kafka = embedded.settings
     port = int(kafka.bootstrap.rsplit(":", 1)[1])
@@ -103,7 +103,8 @@ async def test_a_member_running_across_a_restart_commits_nothing_into_the_new_lo
             refused.append(event)
 
     # Nothing committed before the restart: the position is committed on the revoke.
-    consumer = consuming.KeyedConsumer(kafka, "g", handle, on_event=[on_event], commit_interval=600)
+    consumer = consuming.KeyedConsumer(kafka, consuming.ConsumerSettings("g", commit_interval=600), handle,
+                                       on_event=[on_event])
     task = asyncio.create_task(consumer.run())
     try:
         async with producing.Publisher(kafka, "test", "t-1") as pub:
@@ -111,7 +112,7 @@ async def test_a_member_running_across_a_restart_commits_nothing_into_the_new_lo
                 await pub.publish(records.Decision(key=key(seq % 3), action="x", detail={"seq": seq}))
         await until(lambda: set(range(30)) <= set(seen))
         await embedded.stop()
-        embedded = broker_module.EmbeddedBroker(port, settings=base)
+        embedded = tansu.EmbeddedBroker(port, settings=base)
         await embedded.start()
         async with producing.Publisher(kafka, "test", "t-2") as pub:
             for seq in range(100, 140):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -49,7 +50,12 @@ class Running:
 
 
 async def start(bus: KafkaSettings, handler: Handler, group: str = "g", **options: object) -> Running:
-    consumer = consuming.KeyedConsumer(bus, group, handler, **options)  # type: ignore[arg-type]
+    """A consumer of group ``group`` running; ``options`` are :class:`ConsumerSettings` fields and
+    the consumer's collaborators (``settle``, ``on_event`` …)."""
+    fields = {field.name for field in dataclasses.fields(consuming.ConsumerSettings)}
+    settings = consuming.ConsumerSettings(group, **{k: v for k, v in options.items() if k in fields})  # type: ignore[arg-type]
+    collaborators = {k: v for k, v in options.items() if k not in fields}
+    consumer = consuming.KeyedConsumer(bus, settings, handler, **collaborators)  # type: ignore[arg-type]
     await consumer.start()
     return Running(consumer, asyncio.create_task(consumer.run(), name=f"test-consumer:{group}"))
 

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 
-from shared.bus import broker, producing, reading, records
+from realparts import tansu
+from shared.bus import producing, reading, records, topics
 from shared.bus.settings import KafkaSettings
 
 
@@ -40,14 +41,14 @@ async def test_keys_land_where_partition_for_key_says(bus: KafkaSettings) -> Non
 
 
 async def test_ensure_topics_leaves_existing_topics_alone(bus: KafkaSettings) -> None:
-    await broker.ensure_topics(bus)
-    await broker.ensure_topics(dataclasses.replace(bus, partitions=bus.partitions + 1))
+    await topics.ensure_topics(bus)
+    await topics.ensure_topics(dataclasses.replace(bus, partitions=bus.partitions + 1))
     assert len(await reading.committed_offsets(bus, "nobody")) == bus.partitions
 
 
 async def test_an_embedded_broker_starts_serves_and_stops_twice() -> None:
     settings = KafkaSettings(partitions=2, jobs_topic="j", dlq_topic="d")
-    async with broker.EmbeddedBroker(settings=settings) as embedded:
+    async with tansu.EmbeddedBroker(settings=settings) as embedded:
         assert embedded.bootstrap.startswith("127.0.0.1:")
         async with producing.Publisher(embedded.settings, "test", "t") as publisher:
             await publisher.publish(records.Decision(key="a/b/C/d", action="x"))

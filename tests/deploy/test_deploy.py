@@ -45,7 +45,7 @@ from realparts import kafka as real_kafka_part
 from services.watcher import watching
 from services.webhook import registering
 from shared.api import elastic, jobs
-from shared.bus import broker as bus_broker
+from shared.bus import topics
 from shared.bus import settings as bus_settings
 from shared.core import reconciling as core_reconciling
 from shared.core.elastic import planning as elastic_planning
@@ -201,12 +201,12 @@ def test_the_kafka_topics_are_the_ones_kto_makes_with_the_settings_the_services_
     for overlay in ("single-cluster", "multi-cluster/hub"):
         deployment = of_kind(overlay, "Deployment")["kto-reconciler"]
         settings = pod_kafka_settings(overlay, deployment, tmp_path / overlay.replace("/", "-"))
-        topics = of_kind(overlay, "KafkaTopic")
-        assert set(topics) == {settings.jobs_topic, settings.dlq_topic}
-        for topic in topics.values():
+        kafka_topics = of_kind(overlay, "KafkaTopic")
+        assert set(kafka_topics) == {settings.jobs_topic, settings.dlq_topic}
+        for topic in kafka_topics.values():
             assert topic["apiVersion"] == "kafka.strimzi.io/v1"
             assert topic["spec"] == {"partitions": settings.partitions, "replicas": settings.replication_factor,
-                                     "config": bus_broker.topic_configs(settings)}
+                                     "config": topics.topic_configs(settings)}
             assert topic["metadata"]["labels"]["strimzi.io/cluster"]
         host = settings.bootstrap.split(":")[0].split(".")
         assert host[0] == f"{topic['metadata']['labels']['strimzi.io/cluster']}-kafka-bootstrap"

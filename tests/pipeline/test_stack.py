@@ -17,6 +17,7 @@ import yaml
 from kto import stack
 from kto.commands import up
 from realparts import ports
+from supervising import processes
 from tests.pipeline.test_metrics import scrape
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
         pids = running.pids()
         # broker + Tansu, 2 sims, 2 watchers, 1 reconciler, 1 status worker
         assert len(pids) >= 8
-        assert stack.alive(pids) == pids
+        assert processes.alive(pids) == pids
 
         config = yaml.safe_load(running.kubeconfig.read_text())
         assert [c["name"] for c in config["contexts"]] == ["kto-1", "kto-2"]
@@ -73,7 +74,7 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
         assert any(line.startswith("ready ") for line in ended[0].tail)
         assert running.exits() == []  # reported once
 
-    assert stack.alive(pids) == set()
+    assert processes.alive(pids) == set()
     # The directory is free again.
     assert (settings.state_dir / "logs" / "broker.log").exists()
     assert sorted(p.name for p in (settings.state_dir / "logs").iterdir()) == [
@@ -130,7 +131,7 @@ def test_kto_up_prints_ready_and_stops_on_sigterm(tmp_path: pathlib.Path) -> Non
         assert first.startswith(f"ready kubeconfig={state.resolve() / 'kubeconfig'} bootstrap=127.0.0.1:"), (
             first + (process.stderr.read() if process.poll() is not None and process.stderr else ""))
         assert "kubectl --kubeconfig" in process.stdout.readline()
-        children = stack.descendants(process.pid)
+        children = processes.descendants(process.pid)
         assert len(children) >= 5
         result = _kubectl(state / "kubeconfig", "get", "pytorchjobs")
         assert result.returncode == 0, result.stderr
@@ -152,9 +153,9 @@ def test_kto_up_prints_ready_and_stops_on_sigterm(tmp_path: pathlib.Path) -> Non
     assert process.returncode == 0
     assert "stopped" in rest
     deadline = time.monotonic() + 5
-    while stack.alive(children) and time.monotonic() < deadline:
+    while processes.alive(children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert stack.alive(children) == set()
+    assert processes.alive(children) == set()
 
 
 def test_kto_demo_runs_the_job_to_succeeded_in_well_under_a_minute(tmp_path: pathlib.Path) -> None:
@@ -203,7 +204,7 @@ def test_the_jobs_table_pads_columns() -> None:
 def test_one_descendant_tree_is_found_from_proc() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert child.pid in stack.descendants(os.getpid())
+        assert child.pid in processes.descendants(os.getpid())
     finally:
         child.kill()
         child.wait()

@@ -396,10 +396,10 @@ def test_the_command_reports_bad_input_as_a_user_error(argv: list[str], message:
 async def test_when_the_broker_comes_back_empty_everything_is_republished(
     cluster: sim_cluster.Cluster, client: clients.KubeClient,
 ) -> None:
-    from shared.bus import broker as broker_module
+    from realparts import tansu
 
     base = KafkaSettings(partitions=2, client_id="kto-outage-test", linger_ms=1)
-    embedded = broker_module.EmbeddedBroker(settings=base)
+    embedded = tansu.EmbeddedBroker(settings=base)
     await embedded.start()
     kafka = embedded.settings
     port = int(kafka.bootstrap.rsplit(":", 1)[1])
@@ -411,7 +411,7 @@ async def test_when_the_broker_comes_back_empty_everything_is_republished(
             # Changed while the broker is away: the watcher waits, it does not skip.
             await client.create(resources.SERVICES, NS, service("o-master-0", child_labels("o")))
             await asyncio.sleep(1.0)
-            embedded = broker_module.EmbeddedBroker(port, settings=base)
+            embedded = tansu.EmbeddedBroker(port, settings=base)
             await embedded.start()  # in memory: it comes back empty
             # The job again (RESYNCED: the new broker lost its ADDED) and the
             # service created during the outage.

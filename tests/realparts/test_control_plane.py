@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kto import stack
 from realparts import kube, ports
+from supervising import processes
 from tests.fixtures import tiers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_it_serves_kubectl_with_gpu_nodes_runs_pods_as_annotated_and_stops_leavi
     bound = json.loads((plane.state_dir / "ports.json").read_text())
 
     assert plane.stop() == 0
-    assert not stack.alive(parts)
+    assert not processes.alive(parts)
     assert not any(ports.in_use(port) for port in bound.values()), bound
 
 
@@ -148,7 +148,7 @@ def test_a_part_that_dies_stops_the_command_with_its_last_log_lines(plane: Runni
     assert plane.process.returncode == 2
     assert "kto control-plane: error: kube-scheduler exited with code" in output
     assert "Traceback" not in output
-    assert not stack.alive(parts), "the other parts are stopped too"
+    assert not processes.alive(parts), "the other parts are stopped too"
 
 
 def run_command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

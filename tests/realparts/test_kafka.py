@@ -23,7 +23,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from realparts import kafka
-from shared.bus import broker as bus_broker
+from shared.bus import topics
 from shared.bus import errors, producing, reading, records
 from shared.bus.settings import KafkaSettings, SettingsError
 from tests.fixtures.kafka import settings_for_tests, start_or_give_up
@@ -41,7 +41,7 @@ def observation(key: str, n: int) -> records.Observation:
 async def own_topics(settings: KafkaSettings) -> KafkaSettings:
     suffix = uuid.uuid4().hex[:10]
     mine = dataclasses.replace(settings, jobs_topic=f"kto.jobs.{suffix}", dlq_topic=f"kto.dlq.{suffix}")
-    await bus_broker.ensure_topics(mine)
+    await topics.ensure_topics(mine)
     return mine
 
 
