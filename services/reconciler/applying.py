@@ -339,13 +339,13 @@ class Applier:
             async with slots:
                 return await self._create(client, key, memory, rt, manifest, job)
 
-        outcomes = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
-        said.extend(o for o in outcomes if not isinstance(o, BaseException))
+        results = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
+        said.extend(o for o in results if not isinstance(o, BaseException))
         if job is not None:
             await self._events.record(client, job, [e for e in said if e is not None], _now())
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _create(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
