@@ -23,7 +23,7 @@ from typing import Any
 
 from shared.api import jobs, objects
 from shared.bus import producing, records
-from shared.core import basis, effects, families, plans, reconciling, statuses, views
+from shared.core import basis, effects, families, outcomes, plans, reconciling, views
 from shared.core import events as child_events
 from shared.kube import clients, connecting, recording, resources
 from services.reconciler import memories
@@ -44,7 +44,7 @@ LookAgain = Callable[[records.JobKey, memories.KeyMemory, "float | None"], None]
 class Decided:
     """A pass decided: the family that decided it, on what, with what, and its effects."""
 
-    family: families.Family
+    family: families.Family[Any]
     document: dict[str, Any]
     seen: Seen
     context: effects.Context
@@ -228,7 +228,7 @@ class Applier:
 
     async def _warn(
         self, client: clients.KubeClient, memory: memories.KeyMemory, job: recording.Regarding,
-        warnings: list[statuses.Event],
+        warnings: list[child_events.Event],
         now: dt.datetime,
     ) -> None:
         """Record the decision's Warning Events, each once per job and process: a
@@ -241,16 +241,16 @@ class Applier:
                 await self._events.record(client, job, [event], now)
 
     async def _record_failure(
-        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, verdict: statuses.Verdict,
+        self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, verdict: outcomes.Verdict,
         now: dt.datetime,
     ) -> bool:
-        """Write ``verdict`` onto the job (:data:`statuses.FAILURE_ANNOTATION`), on
+        """Write ``verdict`` onto the job (:data:`outcomes.FAILURE_ANNOTATION`), on
         the version it was decided on (a 409 makes settle read afresh and decide
         again). False if the job is gone."""
-        annotation = {statuses.FAILURE_ANNOTATION: statuses.failure_annotation(verdict, now)}
+        annotation = {outcomes.FAILURE_ANNOTATION: outcomes.failure_annotation(verdict, now)}
         return await self._annotate(client, key, memory, annotation)
 
-    async def announce(self, key: records.JobKey, memory: memories.KeyMemory, verdict: statuses.Verdict) -> None:
+    async def announce(self, key: records.JobKey, memory: memories.KeyMemory, verdict: outcomes.Verdict) -> None:
         """Publish the verdict (``job_failed`` / ``job_validation_failed``) once per
         process, with an id fixed by (job uid, verdict): a successor's repeat is a
         duplicate readers drop. For the audit trail: no worker acts on the record."""
@@ -330,27 +330,27 @@ class Applier:
         )
         first = [(rt, m) for rt, m in planned if rt.kind not in CONCURRENT_KINDS]
         rest = [(rt, m) for rt, m in planned if rt.kind in CONCURRENT_KINDS]
-        said: list[statuses.Event | None] = []
+        said: list[child_events.Event | None] = []
         for rt, manifest in first:
             said.append(await self._create(client, key, memory, rt, manifest, job))
         slots = asyncio.Semaphore(self._settings.create_concurrency)
 
-        async def create(rt: resources.ResourceType, manifest: dict[str, Any]) -> statuses.Event | None:
+        async def create(rt: resources.ResourceType, manifest: dict[str, Any]) -> child_events.Event | None:
             async with slots:
                 return await self._create(client, key, memory, rt, manifest, job)
 
-        outcomes = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
-        said.extend(o for o in outcomes if not isinstance(o, BaseException))
+        results = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
+        said.extend(o for o in results if not isinstance(o, BaseException))
         if job is not None:
             await self._events.record(client, job, [e for e in said if e is not None], _now())
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _create(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
         rt: resources.ResourceType, manifest: dict[str, Any], job: recording.Regarding | None,
-    ) -> statuses.Event | None:
+    ) -> child_events.Event | None:
         """Create one child; the Event upstream records for it (None: none, or it existed)."""
         view = memory.view
         name = manifest["metadata"]["name"]
@@ -467,7 +467,7 @@ class Applier:
             await client.delete(resources.JOB_TYPES[key.kind], key.namespace, key.name, uid=uid)
         except clients.ApiError as exc:
             if not (exc.not_found or exc.conflict) and job is not None:
-                await self._events.record(client, job, [statuses.Event(
+                await self._events.record(client, job, [child_events.Event(
                     "Warning", "FailedDeleteJob" if key.kind in child_events.TTL_JOB_REASON_KINDS else "FailedDeletePod",
                     f"Error deleting: {exc.message or exc}")], _now())
             if not (exc.not_found or exc.conflict):

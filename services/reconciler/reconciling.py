@@ -23,7 +23,7 @@ from opentelemetry import context as otel_context
 from shared import keygen, metrics
 from shared.api import objects
 from shared.bus import producing, records
-from shared.core import effects, families, statuses, views
+from shared.core import effects, families, outcomes, views
 from shared.kube import clients, connecting, hydrating, resources
 from services.reconciler import applying, memories
 from services.reconciler.settings import ReconcilerSettings
@@ -142,7 +142,7 @@ class Reconciler:
         if memory is None:
             return
         view = memory.view
-        if view.reread or view.unconfirmed(statuses.FAILURE_ANNOTATION):
+        if view.reread or view.unconfirmed(outcomes.FAILURE_ANNOTATION):
             # A record older than the view, or one bringing a failure verdict the API
             # server has not shown this worker: the API server settles it.
             view.hydrated = False

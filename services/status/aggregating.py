@@ -27,7 +27,7 @@ from opentelemetry import context as otel_context
 from shared.api import common, jobs, objects
 from shared import metrics
 from shared.bus import producing, records
-from shared.core import basis, conditions, families, preparing, statuses, views
+from shared.core import basis, conditions, families, outcomes, preparing, views
 from shared.core import events as child_events
 from shared.kube import clients, connecting, hydrating, recording, resources
 from services.status.settings import StatusSettings
@@ -129,7 +129,7 @@ class StatusAggregator:
             return None
         key = records.JobKey.parse(job_key)
         client = await self._clusters.get(key.cluster)
-        if view.reread or view.unconfirmed(statuses.FAILURE_ANNOTATION):
+        if view.reread or view.unconfirmed(outcomes.FAILURE_ANNOTATION):
             # A record older than the view, or one bringing a failure verdict the API
             # server has not shown this worker: the API server settles it.
             view.hydrated = False
@@ -145,7 +145,7 @@ class StatusAggregator:
         wait = due - self._clock()
         if wait > 0 and not flush:
             computed = self._compute(view)
-            if computed is None or not statuses.differs(computed[0].status, computed[1].status):
+            if computed is None or not outcomes.differs(computed[0].status, computed[1].status):
                 self._metrics.status_write_skipped(key.kind)
                 return None
             return wait
@@ -215,18 +215,18 @@ class StatusAggregator:
         cached = self._prepared.get(id(view))
         if cached is not None and version and cached.version == version and cached.source is view.job:
             return cached
-        prepared = family.prepare(view.job)
+        prepared: preparing.Prepared | None = family.prepare(view.job)
         if prepared is not None:
             self._prepared[id(view)] = prepared
         return prepared
 
     def _compute(
         self, view: views.JobView, now: dt.datetime | None = None,
-    ) -> tuple[Any, statuses.Outcome] | None:
+    ) -> tuple[Any, outcomes.Outcome] | None:
         assert view.job is not None
         # The job as it is now failing validation comes first (it cannot be defaulted);
         # then the verdict the reconciler recorded on it, once the API server showed it.
-        unconfirmed = view.unconfirmed(statuses.FAILURE_ANNOTATION)
+        unconfirmed = view.unconfirmed(outcomes.FAILURE_ANNOTATION)
         return families.REGISTRY.status_of(view.job, list(view.children.values()), now or _now(), unconfirmed=unconfirmed,
                                            prepared=self._prepare(view))
 
@@ -238,7 +238,7 @@ class StatusAggregator:
             if computed is None:
                 return False
             job, outcome = computed
-            if not statuses.differs(job.status, outcome.status):
+            if not outcomes.differs(job.status, outcome.status):
                 self._metrics.status_write_skipped(key.kind)
                 return False
             if _newly_finished(job.status, outcome.status) and not view.read_back:
@@ -276,7 +276,7 @@ class StatusAggregator:
             written.setdefault("kind", key.kind)
             self._metrics.status_written(str(key), job.status, outcome.status)
             the_basis = basis.describe(view.job or body, list(view.children.values()), now, logged=basis.logged_in(view),
-                                       unconfirmed=view.unconfirmed(statuses.FAILURE_ANNOTATION))
+                                       unconfirmed=view.unconfirmed(outcomes.FAILURE_ANNOTATION))
             view.replace_job(written)
             await self._announce(client, key, job, outcome, written, the_basis)
             return True
@@ -284,7 +284,7 @@ class StatusAggregator:
 
     async def _announce(
         self, client: clients.KubeClient, key: records.JobKey, job: Any,
-        outcome: statuses.Outcome,
+        outcome: outcomes.Outcome,
         written: dict[str, Any],
         the_basis: dict[str, Any],
     ) -> None:
@@ -293,7 +293,7 @@ class StatusAggregator:
             records.Decision(
                 key=str(key), action="status_written", reason=latest.reason or "", message=latest.message or "",
                 resource_version=objects.resource_version_of(written),
-                detail={**preparing.status_detail(outcome), "basis": the_basis},
+                detail={**outcomes.status_detail(outcome), "basis": the_basis},
                 source="status", instance=self._settings.instance,
             )
         )

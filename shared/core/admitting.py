@@ -3,7 +3,7 @@
 In: the webhook that was called (a :class:`Hook`: one kind, validating or
 mutating) and the AdmissionReview the API server sent it, decoded from JSON.
 Out: an :class:`Answer` — allowed, or denied with upstream's message (the
-field errors of ``validating`` as Kubernetes' ``ToAggregate()`` writes them,
+field errors (``reports``) as Kubernetes' ``ToAggregate()`` writes them,
 code 403 as controller-runtime's ``Denied``); the warnings; and, from a
 mutating hook, the RFC 6902 JSONPatch that adds the stored defaults
 (``defaulting.stored_defaults``). A body that is not an AdmissionReview at
@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from shared.api import jobs, limits
-from shared.core import validating
+from shared.core import reports
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
@@ -62,7 +62,7 @@ class Rules:
 
     load: Callable[[Any], Any]
     """The document as a model; ``jobs.LoadError`` (every loader's) names what does not load."""
-    check: Callable[[Any, Any], validating.Report]
+    check: Callable[[Any, Any], reports.Report]
     """The report on a loaded object, given the old one (or None) on UPDATE."""
     defaults: Callable[[Any], Any] | None = None
     """A copy of a loaded object with the defaults to store; None: the kind has no mutating hook."""
@@ -272,14 +272,14 @@ def review(hook: Hook, body: Any) -> Answer:
         pair = rules.defaulted(obj)
         return Answer(request.uid, True, patch=tuple(diff(*pair)) if pair is not None else ())
     if too_big:
-        return denied(request.uid, validating.aggregate(too_big))
+        return denied(request.uid, reports.aggregate(too_big))
     errors, warnings = rules.validate(obj, old if request.operation == "UPDATE" else None)
     if errors:
-        return denied(request.uid, validating.aggregate(errors), warnings=tuple(warnings))
+        return denied(request.uid, reports.aggregate(errors), warnings=tuple(warnings))
     return Answer(request.uid, True, warnings=tuple(warnings))
 
 
-def _limit_errors(obj: Obj) -> list[validating.FieldError]:
+def _limit_errors(obj: Obj) -> list[reports.FieldError]:
     """kto's depth and size limits, checked before anything loads the object (a value nested
     hundreds of levels deep cannot be loaded or serialised)."""
     measured = {key: value for key, value in obj.items() if key != "status"}
@@ -289,12 +289,12 @@ def _limit_errors(obj: Obj) -> list[validating.FieldError]:
     deep = limits.too_deep(measured)
     if deep is not None:
         path, depth = deep
-        return [validating.FieldError(limits.shorten(path) or "<object>", "Invalid",
+        return [reports.FieldError(limits.shorten(path) or "<object>", "Invalid",
                                       f"nested {depth} levels deep; kto's limit is {limits.MAX_OBJECT_DEPTH} levels")]
     size = limits.json_size(measured)
     if size > limits.MAX_OBJECT_BYTES:
         path, held = limits.largest_field(measured)
-        return [validating.FieldError(limits.shorten(path) or "<object>", "Invalid",
+        return [reports.FieldError(limits.shorten(path) or "<object>", "Invalid",
                                       f"the object is {size} bytes as JSON ({held} of them here); kto's limit is "
                                       f"{limits.MAX_OBJECT_BYTES} bytes")]
     return []

@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from shared.api import common, objects
-from shared.core import plans, statuses
+from shared.core import outcomes, plans
+from shared.core.events import Event
 
 Manifest = common.Manifest
 T = TypeVar("T")
@@ -165,10 +166,10 @@ class Effects:
     """Children whose content follows the job: PUT as observed, their resourceVersion kept."""
     deletes: list[ChildRef] = dataclasses.field(default_factory=list)
     child_writes: list[ChildWrite] = dataclasses.field(default_factory=list)
-    verdict: statuses.Verdict | None = None
-    """A failure newly reached: recorded on the job (:data:`statuses.FAILURE_ANNOTATION`)
+    verdict: outcomes.Verdict | None = None
+    """A failure newly reached: recorded on the job (:data:`outcomes.FAILURE_ANNOTATION`)
     before it is announced and before any delete goes out."""
-    announce: statuses.Verdict | None = None
+    announce: outcomes.Verdict | None = None
     """A verdict already reached (recorded on the job by a predecessor that may have died
     before saying it, or a job that does not load): said on the topic, once per process."""
     restarts: int | None = None
@@ -181,9 +182,9 @@ class Effects:
     """The job's new status; None when it is unchanged. The reconciler writes what its
     family's ``decide`` leaves here: a family whose status the status service writes leaves
     it None (and its ``events`` empty)."""
-    events: list[statuses.Event] = dataclasses.field(default_factory=list)
+    events: list[Event] = dataclasses.field(default_factory=list)
     """Events on the job, recorded by whoever writes its status."""
-    warnings: list[statuses.Event] = dataclasses.field(default_factory=list)
+    warnings: list[Event] = dataclasses.field(default_factory=list)
     """Warning Events on the job, recorded by the reconciler once per job and process."""
     error: str | None = None
     """Why the pass could not do all it should (the children could not be planned, a foreign
@@ -238,7 +239,7 @@ class Effects:
         self.deletes.append(ChildRef.of(manifest, reason))
         self.step("delete", subject_of(manifest), why)
 
-    def stop(self, subject: str, message: str, event: statuses.Event | None = None) -> Effects:
+    def stop(self, subject: str, message: str, event: Event | None = None) -> Effects:
         """The pass stops here, on ``message`` (about ``subject``), with ``event`` on the job:
         what comes before is still carried out."""
         if event is not None:
@@ -285,7 +286,7 @@ def failed_validation(document: Manifest, problem: object) -> Effects:
     status service reaches from the job alone is said on the topic (no act)."""
     kind = str(document.get("kind") or "")
     name = objects.name_of(document)
-    return Effects(announce=statuses.Verdict(
+    return Effects(announce=outcomes.Verdict(
         f"{kind}FailedValidation", f"{kind} {name} failed validation because {problem}", "validation"))
 
 

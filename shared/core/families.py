@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
-from shared.core import admitting, basis, effects, plans, preparing, statuses
+from shared.core import admitting, basis, effects, outcomes, plans
 from shared.core import kubeflow_v1
 from shared.core import settings as operator_settings
 from shared.core.elastic import family as elastic_family
 from shared.core.mpi_v2 import family as mpi_v2_family
 
 Manifest = dict[str, Any]
+PreparedT = TypeVar("PreparedT")
+"""What a family prepares of a job for the status worker to cache (its own type)."""
 
 
-class Family(Protocol):
+class Family(Protocol[PreparedT]):
     """One job family: the hooks the services and the command line call for its jobs."""
 
     @property
@@ -80,14 +82,16 @@ class Family(Protocol):
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
         """The plan a reconcile pass makes from ``inputs`` (:class:`plans.Unreplayable` if it cannot)."""
 
-    def prepare(self, document: Manifest) -> preparing.Prepared | None:
+    def prepare(self, document: Manifest) -> PreparedT | None:
         """The job loaded, validated and defaulted for the status worker to cache; None when
         the family prepares nothing ahead (its status is computed from the document)."""
 
     def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: preparing.Prepared | None) -> tuple[Any, statuses.Outcome] | None:
+               prepared: PreparedT | None) -> tuple[Any, outcomes.Outcome] | outcomes.Declined | None:
         """The job as loaded and its status and Events, as the status worker writes them; None
-        when the document cannot be read as its job (or the reconciler writes its status)."""
+        when the document cannot be read as its job (or the reconciler writes its status);
+        :attr:`outcomes.Declined.ANOTHER_FAMILY` when another family serving the kind is to
+        read it."""
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
                 now: dt.datetime) -> plans.DryRun:
@@ -103,9 +107,9 @@ class Registry:
     """Families by kind; the first family given is the one a document of an apiVersion
     no family claims goes to (its loader names the problem)."""
 
-    def __init__(self, families: Sequence[Family]) -> None:
-        self.families: tuple[Family, ...] = tuple(families)
-        self._by_kind: dict[str, list[Family]] = {}
+    def __init__(self, families: Sequence[Family[Any]]) -> None:
+        self.families: tuple[Family[Any], ...] = tuple(families)
+        self._by_kind: dict[str, list[Family[Any]]] = {}
         for family in self.families:
             for kind in family.kinds:
                 self._by_kind.setdefault(kind, []).append(family)
@@ -124,12 +128,12 @@ class Registry:
             [target for family in self.families for target in family.admitted])
         """Every webhook kto serves: the families' admitted kinds, validating then mutating."""
 
-    def resolve(self, kind: str, document: Mapping[str, Any] | None = None) -> Family | None:
+    def resolve(self, kind: str, document: Mapping[str, Any] | None = None) -> Family[Any] | None:
         """The family serving a ``kind`` job (``document``: the job, when known); None for a
         kind no family serves."""
         return next((f for f in self._by_kind.get(kind, ()) if f.serves(document)), None)
 
-    def for_document(self, document: Any) -> Family:
+    def for_document(self, document: Any) -> Family[Any]:
         """The family ``kto plan`` hands a document to, by its apiVersion."""
         version = document.get("apiVersion") if isinstance(document, dict) else None
         return next((f for f in self.families if version in f.api_versions), self.families[0])
@@ -151,13 +155,23 @@ class Registry:
         return family.replan(inputs, same_command)
 
     def status_of(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *,
-                  unconfirmed: bool, prepared: preparing.Prepared | None = None) -> tuple[Any, statuses.Outcome] | None:
+                  unconfirmed: bool, prepared: object = None) -> tuple[Any, outcomes.Outcome] | None:
         """What the status worker computes for a job from its view (``prepared``: a cached
-        ``prepare`` of ``document``); None when no family reads it."""
-        family = self.resolve(str(document.get("kind") or ""), document)
+        ``prepare`` of ``document`` by the family serving it); None when no family reads it.
+        A family that declines the document hands it to the kind's other families, in the
+        registry's order (a prepared job is its own family's: they prepare afresh)."""
+        kind = str(document.get("kind") or "")
+        family = self.resolve(kind, document)
         if family is None:
             return None
-        return family.status(document, children, now, unconfirmed=unconfirmed, prepared=prepared)
+        computed = family.status(document, children, now, unconfirmed=unconfirmed, prepared=prepared)
+        others = (f for f in self._by_kind[kind] if f is not family)
+        while computed is outcomes.Declined.ANOTHER_FAMILY:
+            other = next(others, None)
+            if other is None:
+                return None
+            computed = other.status(document, children, now, unconfirmed=unconfirmed, prepared=None)
+        return computed
 
     def restatus(self, inputs: basis.Inputs) -> dict[str, Any]:
         """The ``status_written`` detail the status worker computes from ``inputs``."""
@@ -165,7 +179,7 @@ class Registry:
                                   unconfirmed=bool(inputs.extra.get("unconfirmed")))
         if computed is None:
             raise plans.Unreplayable("the job cannot be read as a job of a kind kto serves")
-        return preparing.status_detail(computed[1])
+        return outcomes.status_detail(computed[1])
 
 
 REGISTRY = Registry([

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import jobs, mpijobs, objects
-from shared.core import admitting, basis, conditions, defaulting, effects, planning, plans, preparing, reconciling, statuses, validating
+from shared.core import admitting, basis, conditions, defaulting, effects, outcomes, planning, plans, preparing
+from shared.core import reconciling, validating
 from shared.core import settings as operator_settings
 
 Manifest = dict[str, Any]
@@ -93,7 +94,7 @@ class KubeflowV1:
         decision.regarding, decision.child_events = job, True
         decision.previous = context.previous if old is not None else None
         decision.settings = dataclasses.asdict(settings)
-        recorded = statuses.recorded_verdict(job)
+        recorded = outcomes.recorded_verdict(job)
         if decision.verdict is None and recorded is not None and not conditions.is_finished(job.status):
             decision.announce = recorded
         return decision
@@ -102,7 +103,7 @@ class KubeflowV1:
         return preparing.prepare(document)
 
     def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: preparing.Prepared | None) -> tuple[Any, statuses.Outcome] | None:
+               prepared: preparing.Prepared | None) -> tuple[Any, outcomes.Outcome] | None:
         return preparing.status_of(document, children, now, unconfirmed=unconfirmed, prepared=prepared)
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,

@@ -25,26 +25,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import decimal
-import fractions
 import functools
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from shared.api import common, jobs, objects
-from shared.core import errors, frameworks, naming, owners
+from shared.core import errors, frameworks, naming, owners, podgroups
 from shared.core import settings as operator_settings
 from shared.core.frameworks import base
 
 Manifest = common.Manifest
 PlanError = errors.PlanError
 
-VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
-SCHEDULER_PLUGINS_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
-VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
-VOLCANO_TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
-SCHEDULER_PLUGINS_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 DEFAULT_VOLCANO_QUEUE = "default"
 
 
@@ -157,10 +149,10 @@ def desired_pod(
         if not spec.get("schedulerName"):
             spec["schedulerName"] = settings.pod_scheduler_name
         if settings.volcano:
-            annotations[VOLCANO_GROUP_NAME_ANNOTATION] = job.name
-            annotations[VOLCANO_TASK_SPEC_ANNOTATION] = replica_type.lower()
+            annotations[podgroups.VOLCANO_GROUP_NAME_ANNOTATION] = job.name
+            annotations[podgroups.VOLCANO_TASK_SPEC_ANNOTATION] = replica_type.lower()
         else:
-            labels[SCHEDULER_PLUGINS_POD_GROUP_LABEL] = job.name
+            labels[podgroups.SCHEDULER_PLUGINS_POD_GROUP_LABEL] = job.name
 
     metadata = owners.child_metadata(
         job,
@@ -242,7 +234,7 @@ def min_resources(job: jobs.Job, members: int) -> dict[str, str]:
     so every type counts as priority 0 and the kind's canonical order is kept
     (upstream's order among equal priorities is Go's random map order).
     """
-    totals: dict[str, _Quantity] = {}
+    totals: dict[str, podgroups.Quantity] = {}
     taken = 0
     for replica_type in base.ordered_replica_types(job):
         spec = job.specs()[replica_type]
@@ -257,7 +249,7 @@ def min_resources(job: jobs.Job, members: int) -> dict[str, str]:
                 requests = resources.get("requests")
                 source = requests if requests is not None else resources.get("limits") or {}
                 for name, value in source.items():
-                    quantity = _Quantity.parse(value)
+                    quantity = podgroups.Quantity.parse(value)
                     totals[name] = totals[name].add(quantity) if name in totals else quantity
     return {name: totals[name].format() for name in sorted(totals)}
 
@@ -287,13 +279,13 @@ def desired_pod_group(
         if policy is not None and policy.priority_class:
             spec["priorityClassName"] = policy.priority_class
         spec["minResources"] = resources
-        api_version = VOLCANO_API_VERSION
+        api_version = podgroups.VOLCANO_API_VERSION
     else:
         if resources:
             spec["minResources"] = resources
         if policy is not None and policy.schedule_timeout_seconds is not None:
             spec["scheduleTimeoutSeconds"] = policy.schedule_timeout_seconds
-        api_version = SCHEDULER_PLUGINS_API_VERSION
+        api_version = podgroups.SCHEDULER_PLUGINS_API_VERSION
     return {"apiVersion": api_version, "kind": "PodGroup", "metadata": metadata, "spec": spec}
 
 
@@ -302,72 +294,9 @@ def _observed_volcano_queue(job: jobs.Job, observed: Sequence[Manifest]) -> str:
         metadata = objects.meta(child)
         if (
             child.get("kind") == "PodGroup"
-            and child.get("apiVersion") == VOLCANO_API_VERSION
+            and child.get("apiVersion") == podgroups.VOLCANO_API_VERSION
             and metadata.get("name") == job.name
             and metadata.get("namespace", job.namespace) == job.namespace
         ):
             return str((child.get("spec") or {}).get("queue") or "")
     return ""
-
-
-# ---------------------------------------------------------------------------
-# Resource quantities (just enough of k8s.io/apimachinery resource.Quantity to add them)
-# ---------------------------------------------------------------------------
-
-_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_DECIMAL_SUFFIX = {exponent: suffix for suffix, exponent in _DECIMAL.items()}
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
-
-
-class _Quantity:
-    """An exact quantity and the format (binary, decimal, exponent) its sum is printed in.
-
-    Like Go's ``Quantity.Add``, a sum keeps the format of its first term.
-    """
-
-    def __init__(self, value: fractions.Fraction, form: str) -> None:
-        self.value = value
-        self.form = form
-
-    @classmethod
-    def parse(cls, raw: object) -> _Quantity:
-        text = str(raw).strip()
-        match = _QUANTITY.match(text)
-        if match is None:
-            raise PlanError("resources", f"quantities must match the regular expression: {text!r}")
-        number = fractions.Fraction(decimal.Decimal(match.group(1)))
-        suffix = match.group(2)
-        if suffix in _BINARY:
-            return cls(number * 2 ** _BINARY[suffix], "binary")
-        if suffix in _DECIMAL:
-            return cls(number * fractions.Fraction(10) ** _DECIMAL[suffix], "decimal")
-        if suffix[:1] in ("e", "E") and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
-            return cls(number * fractions.Fraction(10) ** int(suffix[1:]), "exponent")
-        raise PlanError("resources", f"unable to parse quantity's suffix: {text!r}")
-
-    def add(self, other: _Quantity) -> _Quantity:
-        return _Quantity(self.value + other.value, self.form)
-
-    def format(self) -> str:
-        """Go's canonical string: largest suffix that leaves an integer (nano precision, rounded up)."""
-        value = self.value
-        if self.form == "binary" and abs(value) >= 1024 and value.denominator == 1:
-            number = int(value)
-            shift = 0
-            while shift < 60 and number % 1024 == 0:
-                number //= 1024
-                shift += 10
-            suffix = {0: ""} | {bits: name for name, bits in _BINARY.items()}
-            return f"{number}{suffix[shift]}"
-        scaled = value * 10**9
-        nanos = -((-scaled.numerator) // scaled.denominator)  # round up, as Go does
-        exponent = -9
-        while exponent < 18 and nanos != 0 and nanos % 1000 == 0:
-            nanos //= 1000
-            exponent += 3
-        if nanos == 0:
-            exponent = 0
-        if self.form == "exponent":
-            return f"{nanos}e{exponent}" if exponent else str(nanos)
-        return f"{nanos}{_DECIMAL_SUFFIX[exponent]}"

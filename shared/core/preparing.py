@@ -3,8 +3,8 @@ then compute its status.
 
 In: a job document as the status worker's view holds it, its pods, the clock.
 Out: the job :class:`Prepared` (loaded, judged by validation, defaulted: cached by
-the worker per resourceVersion), its status and Events (:func:`job_status`), and a
-``status_written`` record's detail (:func:`status_detail`). No I/O, no clock.
+the worker per resourceVersion) and its status and Events (:func:`job_status`).
+No I/O, no clock.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.api import jobs, objects
-from shared.core import conditions, defaulting, owners, statuses, validating
+from shared.core import defaulting, outcomes, owners, reports, statuses, validating
 
 Manifest = dict[str, Any]
 
@@ -49,19 +49,19 @@ def prepare(document: Manifest) -> Prepared | None:
     # A job of another controller is not ours to judge (only the reconciler's
     # verdict on an update that handed it over counts, see statuses.compute).
     invalid = None if report.ok or statuses.is_managed_externally(job) else (
-        f"{job.KIND}FailedValidation", f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
+        f"{job.KIND}FailedValidation", f"{job.KIND} {job.name} failed validation because {reports.describe(report)}",
     )
     return Prepared(version, document, job, invalid, None if invalid else defaulting.set_defaults(job))
 
 
 def job_status(prepared: Prepared, children: Sequence[Manifest], now: Any, *,
-               unconfirmed: bool) -> tuple[jobs.Job, statuses.Outcome]:
+               unconfirmed: bool) -> tuple[jobs.Job, outcomes.Outcome]:
     """The status of a kubeflow.org/v1 job: its validation first, then the failure verdict
     the reconciler recorded on it (unless ``unconfirmed``: the API server has not shown it),
     then its pods."""
     job = prepared.job
-    recorded = None if unconfirmed else statuses.recorded_verdict(job)
-    verdict = statuses.Verdict(*prepared.invalid, "validation") if prepared.invalid else recorded
+    recorded = None if unconfirmed else outcomes.recorded_verdict(job)
+    verdict = outcomes.Verdict(*prepared.invalid, "validation") if prepared.invalid else recorded
     if verdict is not None and verdict.kind == "validation":
         return job, statuses.compute(job, [], now, verdict)
     pods = [p for p in children if p.get("kind", "Pod") == "Pod"]
@@ -71,20 +71,11 @@ def job_status(prepared: Prepared, children: Sequence[Manifest], now: Any, *,
 
 
 def status_of(document: Manifest, children: Sequence[Manifest], now: Any, *, unconfirmed: bool,
-              prepared: Prepared | None = None) -> tuple[jobs.Job, statuses.Outcome] | None:
+              prepared: Prepared | None = None) -> tuple[jobs.Job, outcomes.Outcome] | None:
     """The status of ``document`` read as a kubeflow.org/v1 job (``prepared``: a cached
     :func:`prepare` of it); None when it cannot be read as one."""
     prepared = prepared or prepare(document)
     if prepared is None:
         return None
     return job_status(prepared, children, now, unconfirmed=unconfirmed)
-
-
-def status_detail(outcome: statuses.Outcome) -> dict[str, Any]:
-    """The ``status_written`` record's detail: what was written, without its times."""
-    return {
-        "conditions": [[c.type, c.status] for c in outcome.status.conditions or []],
-        "replicaStatuses": {rt: rs.dump() for rt, rs in (outcome.status.replica_statuses or {}).items()},
-        "finished": conditions.is_finished(outcome.status),
-    }
 

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.api import common, jobs, objects
-from shared.core import conditions, defaulting, effects, naming, owners, planning, statuses, validating
+from shared.core import conditions, defaulting, effects, naming, outcomes, owners, planning, reports, statuses
+from shared.core import validating
+from shared.core.events import Event
 from shared.core.settings import OperatorSettings
 
 Manifest = common.Manifest
@@ -175,7 +177,7 @@ def decide(
     """The reconcile decision for ``job`` given everything observed about it.
 
     A failure verdict already reached for the job is read from the job itself
-    (:data:`statuses.FAILURE_ANNOTATION`), never from a record: whatever its
+    (:data:`outcomes.FAILURE_ANNOTATION`), never from a record: whatever its
     conditions say yet, all its pods and Services go (§6.6, the backoff /
     deadline row), on every pass until none is left, so a successor finishes
     what a worker killed mid-cleanup started. A new verdict comes out as
@@ -191,7 +193,7 @@ def decide(
     decision = effects.Effects()
     if job.metadata.deletion_timestamp is not None:
         return decision
-    recorded = statuses.recorded_verdict(job)
+    recorded = outcomes.recorded_verdict(job)
     if recorded is not None and not conditions.is_true(job.status, conditions.SUCCEEDED):
         return _failed(job, children, now, decision)
     external = statuses.is_managed_externally(job)
@@ -199,9 +201,9 @@ def decide(
         return decision
     report = validating.validate(job, old)
     if not report.ok:
-        decision.verdict = statuses.Verdict(
+        decision.verdict = outcomes.Verdict(
             f"{job.KIND}FailedValidation",
-            f"{job.KIND} {job.name} failed validation because {validating.describe(report)}",
+            f"{job.KIND} {job.name} failed validation because {reports.describe(report)}",
             "validation",
         )
         # An update that failed validation (no child exists before a first
@@ -236,7 +238,7 @@ def decide(
         return decision
 
     if past_backoff_limit(job, pods):
-        decision.verdict = statuses.Verdict(
+        decision.verdict = outcomes.Verdict(
             f"{job.KIND}Failed", f"Job {job.name} has failed because it has reached the specified backoff limit",
             "backoff",
         )
@@ -244,7 +246,7 @@ def decide(
     if decision.verdict is None and deadline is not None and status is not None and status.start_time is not None:
         remaining = deadline - _seconds_between(now, status.start_time)
         if remaining <= 0:
-            decision.verdict = statuses.Verdict(
+            decision.verdict = outcomes.Verdict(
                 f"{job.KIND}Failed", f"Job {job.name} has failed because it was active longer than specified deadline",
                 "deadline",
             )
@@ -290,7 +292,7 @@ def decide(
         decision.restarts = operator_restarts(job) + len(fresh)
         decision.counted = tuple(sorted(restarting))
     if any(m.get("kind") == "Pod" for m in decision.creates) or any(r.reason == "scale-down" for r in decision.deletes):
-        decision.warnings = [statuses.Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]
+        decision.warnings = [Event("Warning", reason, message) for reason, message in planning.template_warnings(job, settings)]
     return decision
 
 

@@ -2,7 +2,8 @@
 
 In: a defaulted job (with its stored status), the job's pods, ``now``, and
 optionally a failure verdict the reconciler reached (backoff limit, deadline,
-validation). Out: the new status and the Events its transitions call for.
+validation: ``outcomes.Verdict``). Out: the new status and the Events its
+transitions call for (``outcomes.Outcome``).
 The status service writes the result; the reconciler uses the same function
 to know whether a job has finished. Pure: no I/O, the clock is an argument.
 
@@ -22,76 +23,15 @@ Where kto differs from upstream (docs/pipeline.md):
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import json
 from collections.abc import Sequence
 from typing import Literal
 
 from shared.api import common, jobs, objects
-from shared.core import computations, conditions, events, frameworks, naming
+from shared.core import computations, conditions, frameworks, naming, outcomes
+from shared.core.events import Event
 
 Pod = common.Manifest
-Event = events.Event
-"""An Event to record on the job."""
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """A failure the reconciler decided (backoff limit, deadline, validation)."""
-
-    reason: str
-    message: str
-    kind: str = ""
-    """``backoff``, ``deadline`` or ``validation`` (kto's own, not on the wire upstream)."""
-
-
-FAILURE_ANNOTATION = "kto.dev/failure"
-"""The failure verdict the reconciler reached, recorded on the job itself before
-anything else is done about it (kto's own annotation; the conditions stay upstream's).
-Both workers take a verdict only from here, as the API server holds it: a record
-on the topic can be forged, the job cannot be written without the right to."""
-
-VERDICT_KINDS = frozenset({"backoff", "deadline", "validation"})
-
-
-def failure_annotation(verdict: Verdict, now: dt.datetime) -> str:
-    """The :data:`FAILURE_ANNOTATION` value recording ``verdict`` (compact JSON)."""
-    return json.dumps(
-        {"reason": verdict.reason, "message": verdict.message, "kind": verdict.kind,
-         "time": common.format_time(now)},
-        separators=(",", ":"),
-    )
-
-
-def recorded_verdict(job: jobs.Job) -> Verdict | None:
-    """The verdict recorded on ``job`` (:data:`FAILURE_ANNOTATION`), or None when
-    there is none or it is not one the reconciler writes: only upstream's
-    reasons for the job's kind (``<Kind>Failed``, ``<Kind>FailedValidation``)
-    with a message and a known kind count."""
-    raw = (job.metadata.annotations or {}).get(FAILURE_ANNOTATION)
-    if not isinstance(raw, str):
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    reason, message, kind = value.get("reason"), value.get("message"), value.get("kind")
-    expected = f"{job.KIND}FailedValidation" if kind == "validation" else f"{job.KIND}Failed"
-    if kind not in VERDICT_KINDS or reason != expected or not isinstance(message, str) or not message:
-        return None
-    return Verdict(reason, message, kind)
-
-
-@dataclasses.dataclass
-class Outcome:
-    status: common.JobStatus
-    events: list[Event]
-
-    @property
-    def finished(self) -> bool:
-        return conditions.is_finished(self.status)
 
 
 def restart_action(job: jobs.Job, replica_type: str, pod: Pod) -> Literal["restart", "fail", None]:
@@ -172,8 +112,8 @@ def compute(
     job: jobs.Job,
     pods: Sequence[Pod],
     now: dt.datetime,
-    verdict: Verdict | None = None,
-) -> Outcome:
+    verdict: outcomes.Verdict | None = None,
+) -> outcomes.Outcome:
     """The job's next status (§6.3 steps 3–10 as far as status goes) and its Events.
 
     ``job`` must be defaulted; ``pods`` are the job's pods (controller owner = the job).
@@ -184,7 +124,7 @@ def compute(
     if is_managed_externally(job) and not invalid:
         # A validation verdict still counts: an update that handed the job over
         # to another controller breaks managedBy's immutability (reconciling.decide).
-        return Outcome(stored.model_copy(deep=True), [])
+        return outcomes.Outcome(stored.model_copy(deep=True), [])
     status = stored.model_copy(deep=True)
     events: list[Event] = []
     if conditions.find(status, conditions.CREATED) is None:
@@ -196,7 +136,7 @@ def compute(
             status.completion_time = now
         if conditions.set_condition(status, conditions.FAILED, "True", verdict.reason, verdict.message, now):
             events.append(Event("Warning", verdict.reason, verdict.message))
-        return Outcome(status, events)
+        return outcomes.Outcome(status, events)
 
     if conditions.is_finished(status):
         if conditions.is_true(status, conditions.SUCCEEDED):
@@ -204,7 +144,7 @@ def compute(
                 if replica.active:
                     replica.succeeded = (replica.succeeded or 0) + replica.active
                     _clear_active(replica)
-        return Outcome(status, events)
+        return outcomes.Outcome(status, events)
 
     if job.run_policy.suspend:
         for replica in (status.replica_statuses or {}).values():
@@ -216,7 +156,7 @@ def compute(
         if not conditions.is_true(status, conditions.SUSPENDED):
             conditions.set_condition(status, conditions.SUSPENDED, "True", f"{kind}Suspended", message, now)
             events.append(Event("Normal", f"{kind}Suspended", message))
-        return Outcome(status, events)
+        return outcomes.Outcome(status, events)
 
     if conditions.is_true(status, conditions.SUSPENDED):
         message = f"{kind} {name} is resumed."
@@ -237,7 +177,7 @@ def compute(
             status.completion_time = now
         if conditions.set_condition(status, conditions.FAILED, "True", verdict.reason, verdict.message, now):
             events.append(Event("Normal", verdict.reason, verdict.message))
-        return Outcome(status, events)
+        return outcomes.Outcome(status, events)
 
     if isinstance(job, jobs.MPIJob):
         _count_mpi(p)
@@ -256,7 +196,7 @@ def compute(
             if replica.active:
                 replica.succeeded = (replica.succeeded or 0) + replica.active
                 _clear_active(replica)
-    return Outcome(status, events)
+    return outcomes.Outcome(status, events)
 
 
 def _clear_active(replica: common.ReplicaStatus) -> None:
@@ -264,8 +204,3 @@ def _clear_active(replica: common.ReplicaStatus) -> None:
     would be written as ``null``, which the CRD schema rejects (integer)."""
     replica.active = None
     replica.model_fields_set.discard("active")
-
-
-def differs(old: common.JobStatus | None, new: common.JobStatus) -> bool:
-    """Whether writing ``new`` would change the stored status (the write is skipped otherwise)."""
-    return (old.dump() if old is not None else {}) != new.dump()

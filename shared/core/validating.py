@@ -1,7 +1,7 @@
 """Validation of the six kubeflow.org/v1 kinds (spec §3).
 
 In: a loaded but *un-defaulted* job, as the upstream admission webhook sees
-it, and on update the stored (old) job. Out: a ``Report`` holding every
+it, and on update the stored (old) job. Out: a ``reports.Report`` holding every
 error of the document at once (a Kubernetes ``field.ErrorList``) and the
 warnings the PyTorch webhook returns.
 
@@ -29,76 +29,12 @@ Where kto differs from upstream (each is listed in docs/api.md):
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 from shared.api import common, jobs, limits
-
-ErrorType = Literal["Required", "Invalid", "Forbidden", "NotSupported", "Duplicate"]
-
-TYPE_TEXT: dict[ErrorType, str] = {
-    "Required": "Required value",
-    "Invalid": "Invalid value",
-    "Forbidden": "Forbidden",
-    "NotSupported": "Unsupported value",
-    "Duplicate": "Duplicate value",
-}
-"""How Kubernetes writes each error type in a message (apimachinery ``field.ErrorType.String``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldError:
-    """One entry of a Kubernetes field.ErrorList.
-
-    ``value`` is the offending value, quoted, for the types whose Kubernetes
-    message carries it (Invalid, NotSupported, Duplicate); it goes between
-    the type and the detail: ``metadata.name: Invalid value: "0-test": should match: …``.
-    """
-
-    path: str
-    type: ErrorType
-    detail: str
-    value: str | None = None
-
-    @property
-    def message(self) -> str:
-        """The error without its field path, as apimachinery's ``field.Error.ErrorBody``
-        writes it: ``<type text>: [<value>: ]<detail>`` (``Required value: must be specified``)."""
-        parts: list[str] = [TYPE_TEXT[self.type]]
-        if self.value is not None:
-            parts.append(self.value)
-        if self.detail:
-            parts.append(self.detail)
-        return ": ".join(parts)
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-@dataclasses.dataclass
-class Report:
-    """Everything wrong with one document, and the warnings to show anyway."""
-
-    errors: list[FieldError] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def describe(report: Report) -> str:
-    """The errors joined with ``, `` (the reason of a ``<Kind>FailedValidation`` condition)."""
-    return ", ".join(str(error) for error in report.errors)
-
-
-def aggregate(errors: Sequence[FieldError | str]) -> str:
-    """The errors as Kubernetes' ``ErrorList.ToAggregate().Error()`` writes them, which is
-    what an upstream webhook's denial says: repeats dropped, one error as it is, several
-    in brackets joined with ``, ``."""
-    messages = list(dict.fromkeys(str(error) for error in errors))
-    return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+from shared.core import reports
+from shared.core.reports import FieldError, Report
 
 
 def validate(job: jobs.Job, old: jobs.Job | None = None) -> Report:
@@ -115,39 +51,13 @@ def validate(job: jobs.Job, old: jobs.Job | None = None) -> Report:
 # Helpers
 # ---------------------------------------------------------------------------
 
-_DNS1035_MAX = 63
-_DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035_MESSAGE = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
-    "start with an alphabetic character, and end with an alphanumeric character "
-    "(e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
-
-
-def _quote(value: object) -> str:
-    """A value quoted as Go's %q / Kubernetes error bodies show it."""
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-        return f'"{escaped}"'
-    return str(value)
-
-
-def _dns1035_errors(name: str) -> list[str]:
-    """apimachinery IsDNS1035Label: length first, then the pattern."""
-    errors = []
-    if len(name) > _DNS1035_MAX:
-        errors.append(f"must be no more than {_DNS1035_MAX} characters")
-    if not _DNS1035_RE.match(name):
-        errors.append(_DNS1035_MESSAGE)
-    return errors
-
 
 def _check_name(job: jobs.Job, report: Report) -> None:
     """C1: metadata.name is a DNS-1035 label."""
-    errors = _dns1035_errors(job.name)
+    errors = reports.dns1035_errors(job.name)
     if errors:
         report.errors.append(
-            FieldError("metadata.name", "Invalid", f"should match: {','.join(errors)}", _quote(job.name))
+            FieldError("metadata.name", "Invalid", f"should match: {','.join(errors)}", reports.quote(job.name))
         )
 
 
@@ -159,10 +69,6 @@ def _rt_path(job: jobs.Job, replica_type: str) -> str:
     return f"{_map_path(job)}[{replica_type}]"
 
 
-def _supported(values: tuple[str, ...] | list[str]) -> str:
-    return "supported values: " + ", ".join(_quote(v) for v in values)
-
-
 def _check_managed_by(job: jobs.Job, report: Report) -> None:
     """C6: managedBy, when set (even to ""), is one of the two known controllers."""
     run_policy = job.spec.run_policy
@@ -172,8 +78,8 @@ def _check_managed_by(job: jobs.Job, report: Report) -> None:
             FieldError(
                 "spec.runPolicy.managedBy",
                 "NotSupported",
-                _supported(list(common.MANAGED_BY_VALUES)),
-                _quote(managed_by),
+                reports.supported(list(common.MANAGED_BY_VALUES)),
+                reports.quote(managed_by),
             )
         )
 
@@ -185,7 +91,7 @@ def _check_managed_by_update(job: jobs.Job, old: jobs.Job | None, report: Report
     new_value = job.spec.run_policy.managed_by if job.spec.run_policy else None
     old_value = old.spec.run_policy.managed_by if old.spec.run_policy else None
     if new_value != old_value:
-        shown = "null" if new_value is None else _quote(new_value)
+        shown = "null" if new_value is None else reports.quote(new_value)
         report.errors.append(
             FieldError("spec.runPolicy.managedBy", "Invalid", "field is immutable", shown)
         )
@@ -205,7 +111,7 @@ def _check_queue_immutable(job: jobs.Job, old: jobs.Job, report: Report) -> None
                 "spec.runPolicy.schedulingPolicy.queue",
                 "Invalid",
                 "spec.runPolicy.schedulingPolicy.queue is immutable",
-                _quote(new_queue),
+                reports.quote(new_queue),
             )
         )
 
@@ -241,20 +147,13 @@ def _check_limits(job: jobs.Job, report: Report) -> None:
         if replicas > limits.MAX_REPLICAS:
             report.errors.append(FieldError(
                 f"{_rt_path(job, replica_type)}.replicas", "Invalid",
-                f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type", _number(replicas),
+                f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type", reports.number(replicas),
             ))
     if total > limits.MAX_REPLICAS and len(job.specs()) > 1:
         report.errors.append(FieldError(
             _map_path(job), "Invalid",
-            f"{_number(total)} replicas in all; kto's limit is {limits.MAX_REPLICAS} replicas per job",
+            f"{reports.number(total)} replicas in all; kto's limit is {limits.MAX_REPLICAS} replicas per job",
         ))
-
-
-def _number(value: int) -> str:
-    """An integer as text; one too long to print (Python refuses over 4,300 digits) by its length."""
-    if value.bit_length() > 64:
-        return f"<a number of about {limits.json_size(value)} digits>"
-    return str(value)
 
 
 def _queue(job: jobs.Job) -> str | None:
@@ -395,8 +294,9 @@ def _check_duplicate_keys(job: jobs.Job, report: Report) -> None:
                 FieldError(
                     _rt_path(job, replica_type),
                     "Duplicate",
-                    f"replica type {_quote(seen[folded])} is already present (keys are compared case-insensitively)",
-                    _quote(replica_type),
+                    f"replica type {reports.quote(seen[folded])} is already present"
+                    " (keys are compared case-insensitively)",
+                    reports.quote(replica_type),
                 )
             )
         else:
@@ -431,13 +331,13 @@ def _check_webhook_kind(job: jobs.Job, old: jobs.Job | None, report: Report, rul
         report.errors.append(FieldError(_map_path(job), "Required", "must be required"))
         return
     _check_duplicate_keys(job, report)
-    name = _quote(job.DEFAULT_CONTAINER) if rules.quote_container_name else job.DEFAULT_CONTAINER
+    name = reports.quote(job.DEFAULT_CONTAINER) if rules.quote_container_name else job.DEFAULT_CONTAINER
     for replica_type, spec in specs.items():
         rt_path = _rt_path(job, replica_type)
         containers_path = f"{rt_path}.template.spec.containers"
         if rules.allowed_types is not None and replica_type not in rules.allowed_types:
             report.errors.append(
-                FieldError(rt_path, "NotSupported", _supported(rules.allowed_types), _quote(replica_type))
+                FieldError(rt_path, "NotSupported", reports.supported(rules.allowed_types), reports.quote(replica_type))
             )
         if spec is None:
             report.errors.append(FieldError(rt_path, "Required", "must be specified"))
@@ -554,7 +454,7 @@ def _mpi(job: jobs.Job, old: jobs.Job | None, report: Report) -> None:
                     rt_path,
                     "NotSupported",
                     f"MPIReplicaType is {replica_type} but must be one of [{allowed}]",
-                    _quote(replica_type),
+                    reports.quote(replica_type),
                 )
             )
         missing = f"MPIReplicaSpecs is not valid: containers definition expected in {replica_type}"

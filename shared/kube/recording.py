@@ -1,6 +1,6 @@
 """Kubernetes Events about a job, recorded best effort and aggregated as client-go's recorder does.
 
-In: a job, :class:`~shared.core.statuses.Event` values (type, reason, message), the
+In: a job, :class:`~shared.core.events.Event` values (type, reason, message), the
 instance that reports them and the time. Out: ``v1`` Events in the job's namespace
 (``involvedObject`` the job, ``source.component`` its upstream controller name), or a
 warning in the log when the API server refuses one: a lost Event never blocks a
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
 from shared.api import common, objects
-from shared.core import statuses
+from shared.core.events import Event
 from shared.kube import clients, resources
 
 log = logging.getLogger("kto.kube.events")
@@ -53,7 +53,7 @@ REMEMBERED = 4096
 """Events a recorder remembers for counting repeats (the oldest are forgotten first)."""
 
 
-def event_body(job: Regarding, event: statuses.Event, instance: str, now: dt.datetime) -> dict[str, Any]:
+def event_body(job: Regarding, event: Event, instance: str, now: dt.datetime) -> dict[str, Any]:
     at = common.format_time(now)
     return {
         "apiVersion": "v1",
@@ -76,7 +76,7 @@ def event_body(job: Regarding, event: statuses.Event, instance: str, now: dt.dat
     }
 
 
-def combined(events: Sequence[statuses.Event]) -> list[statuses.Event]:
+def combined(events: Sequence[Event]) -> list[Event]:
     """``events`` with those of the same type and reason made one, in first-seen order:
     ``Created pod: a`` and ``Created pod: b`` → ``Created pod: a, b`` (messages naming one
     object after a common prefix); other messages are joined with ``; ``; a repeated
@@ -97,7 +97,7 @@ def combined(events: Sequence[statuses.Event]) -> list[statuses.Event]:
             message = "; ".join(messages)
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE - 1] + "…"
-        result.append(statuses.Event(type_, reason, message))  # type: ignore[arg-type]
+        result.append(Event(type_, reason, message))  # type: ignore[arg-type]
     return result
 
 
@@ -110,12 +110,12 @@ class Recorder:
         """(namespace, job uid, type, reason, message) → (Event name, count)."""
 
     async def record(
-        self, client: clients.KubeClient, job: Regarding, events: Sequence[statuses.Event], now: dt.datetime,
+        self, client: clients.KubeClient, job: Regarding, events: Sequence[Event], now: dt.datetime,
     ) -> None:
         for event in combined(events):
             await self._one(client, job, event, now)
 
-    async def _one(self, client: clients.KubeClient, job: Regarding, event: statuses.Event, now: dt.datetime) -> None:
+    async def _one(self, client: clients.KubeClient, job: Regarding, event: Event, now: dt.datetime) -> None:
         key = (job.namespace, job.metadata.uid or job.name, event.type, event.reason, event.message)
         known = self._recorded.get(key)
         try:

@@ -9,7 +9,8 @@ import datetime as dt
 import pytest
 
 from shared.api import jobs, mpijobs
-from shared.core import effects, families, statuses
+from shared.core import effects, families, outcomes
+from shared.core.events import Event
 from shared.core.elastic import planning as elastic_planning
 from shared.core.mpi_v2 import sshkeys
 from shared.core.settings import OperatorSettings
@@ -20,8 +21,8 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j-worker-0", "na
 
 @pytest.mark.parametrize(("effect", "acts"), [
     pytest.param(effects.Effects(), False, id="nothing"),
-    pytest.param(effects.Effects(warnings=[statuses.Event("Warning", "R", "m")]), False, id="warnings-alone"),
-    pytest.param(effects.Effects(announce=statuses.Verdict("R", "m", "backoff")), False, id="announce-alone"),
+    pytest.param(effects.Effects(warnings=[Event("Warning", "R", "m")]), False, id="warnings-alone"),
+    pytest.param(effects.Effects(announce=outcomes.Verdict("R", "m", "backoff")), False, id="announce-alone"),
     pytest.param(effects.Effects(steps=[effects.Step("wait", "Pod ns/p", "not Ready")]), False, id="steps-alone"),
     pytest.param(effects.Effects(creates=[POD]), True, id="a-create"),
     pytest.param(effects.Effects(deletes=[effects.ChildRef.of(POD, "restart")]), True, id="a-delete"),
@@ -59,7 +60,7 @@ def test_a_child_written_twice_in_a_pass_is_one_write() -> None:
 def test_stop_says_where_the_pass_stopped_and_keeps_what_came_before() -> None:
     effect = effects.Effects()
     effect.create(POD, "missing")
-    assert effect.stop("Job ns/j-launcher", "exists", statuses.Event("Warning", "ErrResourceExists", "exists")) is effect
+    assert effect.stop("Job ns/j-launcher", "exists", Event("Warning", "ErrResourceExists", "exists")) is effect
     assert effect.creates == [POD] and (effect.error, effect.error_reason) == ("exists", "ErrResourceExists")
     assert [e.reason for e in effect.events] == ["ErrResourceExists"] and effect.steps[-1].kind == "stop"
 
@@ -109,10 +110,10 @@ def test_a_trainingjob_that_does_not_load_is_failed_once_by_its_status() -> None
 
 
 def test_the_v1_family_says_again_a_verdict_a_predecessor_recorded() -> None:
-    verdict = statuses.Verdict("PyTorchJobFailed", "Job p has failed because …", "backoff")
+    verdict = outcomes.Verdict("PyTorchJobFailed", "Job p has failed because …", "backoff")
     document = {"apiVersion": jobs.API_VERSION, "kind": "PyTorchJob",
                 "metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                             "annotations": {statuses.FAILURE_ANNOTATION: statuses.failure_annotation(verdict, NOW)}},
+                             "annotations": {outcomes.FAILURE_ANNOTATION: outcomes.failure_annotation(verdict, NOW)}},
                 "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
                     {"name": "pytorch", "image": "img"}]}}}}}}
     effect = families.REGISTRY.resolve("PyTorchJob", document).decide(  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 
 from shared.api import elastic, jobs, mpijobs
-from shared.core import admitting, basis, effects, families, kubeflow_v1, plans, preparing, settings, statuses
+from shared.core import admitting, basis, effects, families, kubeflow_v1, outcomes, plans, preparing, settings
 from shared.core.elastic import family as elastic_family
 from shared.core.mpi_v2 import family as mpi_v2_family
 
@@ -89,6 +89,18 @@ def test_the_written_version_of_an_mpijob_read_through_v1_is_v2beta1() -> None:
     assert kubeflow_v1.FAMILY.written_version(V1_MPIJOB) == jobs.API_VERSION
 
 
+@pytest.mark.parametrize("document", [
+    pytest.param({**V2_READ_AS_V1, "spec": {**V2_READ_AS_V1["spec"], "slotsPerWorker": "many"}}, id="a-bad-field"),
+    pytest.param({**V2_READ_AS_V1, "metadata": []}, id="no-metadata"),
+])
+def test_an_mpijob_that_does_not_load_as_v2beta1_is_declined_and_read_as_a_v1_job(document: Any) -> None:
+    assert mpi_v2_family.FAMILY.status(document, [], NOW, unconfirmed=False, prepared=None) \
+        is outcomes.Declined.ANOTHER_FAMILY
+    read_as_v1 = kubeflow_v1.FAMILY.status(document, [], NOW, unconfirmed=False, prepared=None)
+    assert read_as_v1 is not None
+    assert families.REGISTRY.status_of(document, [], NOW, unconfirmed=False) == read_as_v1
+
+
 def test_a_kind_no_family_serves_is_not_replayed() -> None:
     inputs = basis.Inputs(now=NOW, job={"kind": "Deployment"}, children=[], old=None, extra={})
     with pytest.raises(plans.Unreplayable, match="no family serves the kind Deployment"):
@@ -132,7 +144,7 @@ class _Widgets:
         return None
 
     def status(self, document: dict[str, Any], children: Sequence[dict[str, Any]], now: dt.datetime, *,
-               unconfirmed: bool, prepared: preparing.Prepared | None) -> tuple[Any, statuses.Outcome] | None:
+               unconfirmed: bool, prepared: preparing.Prepared | None) -> tuple[Any, outcomes.Outcome] | None:
         return None
 
     def dry_run(self, document: Any, settings: settings.OperatorSettings, stand_in_key: str,

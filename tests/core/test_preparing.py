@@ -7,7 +7,7 @@ import datetime as dt
 from typing import Any
 
 from shared.api import jobs
-from shared.core import conditions, preparing, statuses
+from shared.core import conditions, outcomes, preparing
 
 NOW = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -57,13 +57,13 @@ def test_the_status_counts_only_the_pods_the_job_controls() -> None:
 
 
 def test_a_recorded_verdict_counts_only_once_the_api_server_showed_it() -> None:
-    verdict = statuses.Verdict("PyTorchJobFailed", "Job p has failed because it has reached the specified backoff "
+    verdict = outcomes.Verdict("PyTorchJobFailed", "Job p has failed because it has reached the specified backoff "
                                                    "limit", "backoff")
     failed = document()
-    failed["metadata"]["annotations"] = {statuses.FAILURE_ANNOTATION: statuses.failure_annotation(verdict, NOW)}
+    failed["metadata"]["annotations"] = {outcomes.FAILURE_ANNOTATION: outcomes.failure_annotation(verdict, NOW)}
     confirmed = preparing.status_of(failed, [pod("Running", "u")], NOW, unconfirmed=False)
     unconfirmed = preparing.status_of(failed, [pod("Running", "u")], NOW, unconfirmed=True)
     assert confirmed is not None and unconfirmed is not None
     assert conditions.is_true(confirmed[1].status, conditions.FAILED)
     assert not conditions.is_true(unconfirmed[1].status, conditions.FAILED)
-    assert preparing.status_detail(confirmed[1])["finished"] is True
+    assert outcomes.status_detail(confirmed[1])["finished"] is True

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from shared.api import common, jobs
-from shared.core import conditions, defaulting, reconciling, statuses, views
+from shared.core import conditions, defaulting, outcomes, reconciling, statuses, views
 from shared.core.settings import OperatorSettings
 from tests.core.test_statuses import make_job, make_pod
 
@@ -185,7 +185,7 @@ def test_a_finished_jobs_service_whose_pod_is_gone_or_going_is_deleted_all_the_s
         ("Service", "test-job-worker-0"), ("Service", "test-job-worker-1")]
 
 
-DEADLINE = statuses.Verdict(
+DEADLINE = outcomes.Verdict(
     "PyTorchJobFailed", "Job test-job has failed because it was active longer than specified deadline", "deadline")
 
 
@@ -194,7 +194,7 @@ def pytorch_job(**run_policy: Any) -> jobs.Job:
 
 
 def with_annotation(job: jobs.Job, value: str) -> jobs.Job:
-    job.metadata.annotations = {**(job.metadata.annotations or {}), statuses.FAILURE_ANNOTATION: value}
+    job.metadata.annotations = {**(job.metadata.annotations or {}), outcomes.FAILURE_ANNOTATION: value}
     return job
 
 
@@ -206,7 +206,7 @@ def children(job: jobs.Job) -> list[dict[str, Any]]:
 ALL_CHILDREN = {(k, n) for k in ("Pod", "Service") for n in ("test-job-master-0", "test-job-worker-0", "test-job-worker-1")}
 
 
-def failed_status(verdict: statuses.Verdict) -> common.JobStatus:
+def failed_status(verdict: outcomes.Verdict) -> common.JobStatus:
     return common.JobStatus(
         conditions=[common.JobCondition(type="Failed", status="True", reason=verdict.reason, message=verdict.message)],
         start_time=NOW - dt.timedelta(seconds=10), completion_time=NOW - dt.timedelta(seconds=1))
@@ -214,17 +214,17 @@ def failed_status(verdict: statuses.Verdict) -> common.JobStatus:
 
 @pytest.mark.parametrize(("run_policy", "verdict"), [
     pytest.param({"activeDeadlineSeconds": 3}, DEADLINE, id="deadline"),
-    pytest.param({"backoffLimit": 0}, statuses.Verdict(
+    pytest.param({"backoffLimit": 0}, outcomes.Verdict(
         "PyTorchJobFailed", "Job test-job has failed because it has reached the specified backoff limit", "backoff"),
         id="backoff"),
 ])
 @pytest.mark.parametrize("status", ["not-yet-failed", "failed"])
 def test_a_job_with_a_recorded_verdict_loses_every_pod_and_service_whatever_its_clean_pod_policy(
-    run_policy: dict[str, Any], verdict: statuses.Verdict, status: str,
+    run_policy: dict[str, Any], verdict: outcomes.Verdict, status: str,
 ) -> None:
     """A reconciler killed after recording the verdict (and the status worker writing Failed
     from it) leaves pods; its successor deletes them all, not by cleanPodPolicy None."""
-    job = with_annotation(pytorch_job(cleanPodPolicy="None", **run_policy), statuses.failure_annotation(verdict, NOW))
+    job = with_annotation(pytorch_job(cleanPodPolicy="None", **run_policy), outcomes.failure_annotation(verdict, NOW))
     job.status = failed_status(verdict) if status == "failed" else common.JobStatus(start_time=NOW)
     decision = reconciling.decide(job, children(job), NOW, OperatorSettings())
     assert {(d.kind, d.name) for d in decision.deletes} == ALL_CHILDREN
@@ -234,7 +234,7 @@ def test_a_job_with_a_recorded_verdict_loses_every_pod_and_service_whatever_its_
 
 
 def test_a_recorded_verdict_leaves_only_what_is_still_there_to_delete() -> None:
-    job = with_annotation(pytorch_job(activeDeadlineSeconds=3), statuses.failure_annotation(DEADLINE, NOW))
+    job = with_annotation(pytorch_job(activeDeadlineSeconds=3), outcomes.failure_annotation(DEADLINE, NOW))
     job.status = failed_status(DEADLINE)
     pods = owned(job, [make_pod(job, "Worker", 1, "Running"), make_pod(job, "Worker", 0, "Running", deleting=True)])
     decision = reconciling.decide(job, pods + [service_of(job, pods[0])], NOW, OperatorSettings())
@@ -245,12 +245,12 @@ def test_a_recorded_verdict_leaves_only_what_is_still_there_to_delete() -> None:
 def test_a_job_that_failed_otherwise_keeps_its_pods_by_clean_pod_policy_none() -> None:
     """Without the annotation (ExitCode permanent failure), a Failed job is a finished job (§6.6)."""
     job = pytorch_job(cleanPodPolicy="None")
-    job.status = failed_status(statuses.Verdict("PyTorchJobFailed", 'job "test-job" is failing', ""))
+    job.status = failed_status(outcomes.Verdict("PyTorchJobFailed", 'job "test-job" is failing', ""))
     assert reconciling.decide(job, children(job), NOW, OperatorSettings()).deletes == []
 
 
 def test_a_succeeded_job_keeps_clean_pod_policy_even_with_a_verdict_recorded_too_late() -> None:
-    job = with_annotation(pytorch_job(cleanPodPolicy="None"), statuses.failure_annotation(DEADLINE, NOW))
+    job = with_annotation(pytorch_job(cleanPodPolicy="None"), outcomes.failure_annotation(DEADLINE, NOW))
     job.status = common.JobStatus(conditions=[common.JobCondition(type="Succeeded", status="True")])
     assert reconciling.decide(job, children(job), NOW, OperatorSettings()).deletes == []
 
@@ -267,7 +267,7 @@ def test_a_succeeded_job_keeps_clean_pod_policy_even_with_a_verdict_recorded_too
 def test_an_annotation_the_reconciler_does_not_write_counts_for_nothing(value: str) -> None:
     job = with_annotation(pytorch_job(), value)
     job.status = common.JobStatus(start_time=NOW)
-    assert statuses.recorded_verdict(job) is None
+    assert outcomes.recorded_verdict(job) is None
     decision = reconciling.decide(job, [], NOW, OperatorSettings())
     assert decision.deletes == [] and decision.verdict is None
     assert len([m for m in decision.creates if m["kind"] == "Pod"]) == 3
@@ -287,13 +287,13 @@ def test_a_new_verdict_says_its_kind_and_round_trips_through_the_annotation(
         job.metadata.name = "Test-Job"  # not a DNS label
     verdict = reconciling.decide(job, children(job), NOW, OperatorSettings()).verdict
     assert verdict is not None and verdict.kind == kind
-    assert statuses.recorded_verdict(with_annotation(job, statuses.failure_annotation(verdict, NOW))) == verdict
+    assert outcomes.recorded_verdict(with_annotation(job, outcomes.failure_annotation(verdict, NOW))) == verdict
 
 
 def test_the_status_is_failed_with_the_recorded_reason_and_message() -> None:
-    job = with_annotation(pytorch_job(activeDeadlineSeconds=3), statuses.failure_annotation(DEADLINE, NOW))
+    job = with_annotation(pytorch_job(activeDeadlineSeconds=3), outcomes.failure_annotation(DEADLINE, NOW))
     job.status = common.JobStatus(start_time=NOW - dt.timedelta(seconds=5))
-    verdict = statuses.recorded_verdict(job)
+    verdict = outcomes.recorded_verdict(job)
     outcome = statuses.compute(defaulting.set_defaults(job), children(job)[:3], NOW, verdict)
     failed = conditions.find(outcome.status, conditions.FAILED)
     assert failed is not None and (failed.status, failed.reason, failed.message) == (
@@ -302,22 +302,22 @@ def test_the_status_is_failed_with_the_recorded_reason_and_message() -> None:
 
 
 def job_manifest(rv: int, annotation: str | None, uid: str = "u1") -> dict[str, Any]:
-    annotations = {} if annotation is None else {statuses.FAILURE_ANNOTATION: annotation}
+    annotations = {} if annotation is None else {outcomes.FAILURE_ANNOTATION: annotation}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": {"name": "j", "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
                          "annotations": annotations}}
 
 
 def test_a_verdict_that_came_in_a_record_only_is_unconfirmed_until_the_api_server_shows_it() -> None:
-    value = statuses.failure_annotation(DEADLINE, NOW)
+    value = outcomes.failure_annotation(DEADLINE, NOW)
     view = views.JobView()
     view.replace_job(job_manifest(5, None))
-    assert not view.unconfirmed(statuses.FAILURE_ANNOTATION)
+    assert not view.unconfirmed(outcomes.FAILURE_ANNOTATION)
     view.observe_job(job_manifest(6, value), deleted=False)  # a record: perhaps forged
-    assert view.unconfirmed(statuses.FAILURE_ANNOTATION)
+    assert view.unconfirmed(outcomes.FAILURE_ANNOTATION)
     view.replace_job(job_manifest(6, value))  # the API server says so
-    assert not view.unconfirmed(statuses.FAILURE_ANNOTATION)
+    assert not view.unconfirmed(outcomes.FAILURE_ANNOTATION)
     view.observe_job(job_manifest(7, value), deleted=False)  # a later watch event, same verdict
-    assert not view.unconfirmed(statuses.FAILURE_ANNOTATION)
+    assert not view.unconfirmed(outcomes.FAILURE_ANNOTATION)
     view.observe_job(job_manifest(9, value, uid="u2"), deleted=False)  # a new job of the same name
-    assert view.unconfirmed(statuses.FAILURE_ANNOTATION)
+    assert view.unconfirmed(outcomes.FAILURE_ANNOTATION)

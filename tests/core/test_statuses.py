@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from shared.api import jobs, objects
-from shared.core import conditions, naming, statuses
+from shared.core import conditions, naming, outcomes, statuses
+from shared.core.events import Event
 
 NOW = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
 
@@ -58,11 +59,11 @@ def pods_of(job: jobs.Job, spec: dict[str, list[str]]) -> list[dict[str, Any]]:
     return [make_pod(job, rt, i, phase) for rt, phases in spec.items() for i, phase in enumerate(phases)]
 
 
-def true_conditions(outcome: statuses.Outcome) -> set[str]:
+def true_conditions(outcome: outcomes.Outcome) -> set[str]:
     return {c.type for c in outcome.status.conditions or [] if c.status == "True"}
 
 
-def replica(outcome: statuses.Outcome, rt: str) -> tuple[int, int, int]:
+def replica(outcome: outcomes.Outcome, rt: str) -> tuple[int, int, int]:
     rs = (outcome.status.replica_statuses or {})[rt]
     return (rs.active or 0, rs.succeeded or 0, rs.failed or 0)
 
@@ -267,12 +268,12 @@ def test_externally_managed_job_never_gets_conditions() -> None:
 
 def test_a_reconciler_verdict_fails_the_job_without_recounting() -> None:
     job = make_job("TFJob", {"Worker": (1, "OnFailure")}, runPolicy={"backoffLimit": 1})
-    verdict = statuses.Verdict("TFJobFailed", "Job test-job has failed because it has reached the specified backoff limit")
+    verdict = outcomes.Verdict("TFJobFailed", "Job test-job has failed because it has reached the specified backoff limit")
     outcome = statuses.compute(job, pods_of(job, {"Worker": ["Running"]}), NOW, verdict)
     failed = conditions.find(outcome.status, "Failed")
     assert failed is not None and failed.message == verdict.message
     assert outcome.status.completion_time == NOW
-    assert outcome.events == [statuses.Event("Normal", "TFJobFailed", verdict.message)]
+    assert outcome.events == [Event("Normal", "TFJobFailed", verdict.message)]
 
 
 def test_nothing_changes_when_nothing_happened() -> None:
@@ -281,5 +282,5 @@ def test_nothing_changes_when_nothing_happened() -> None:
     first = statuses.compute(job, pods, NOW)
     job.status = first.status
     second = statuses.compute(job, pods, NOW + dt.timedelta(seconds=30))
-    assert not statuses.differs(job.status, second.status)
+    assert not outcomes.differs(job.status, second.status)
     assert second.events == []

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared.api import jobs
-from shared.core import validating
+from shared.core import reports, validating
 
 
 def container(name: str = "", image: str = "busybox", **extra: Any) -> dict[str, Any]:
@@ -475,7 +475,7 @@ def test_all_errors_of_a_document_are_reported_and_described_as_an_aggregate() -
         "spec.pytorchReplicaSpecs[Master].template.spec.containers",
         "spec.pytorchReplicaSpecs[Master].replicas",
     ]
-    assert validating.describe(report) == ", ".join(str(e) for e in report.errors)
+    assert reports.describe(report) == ", ".join(str(e) for e in report.errors)
 
 
 def test_validation_does_not_change_the_job() -> None:
@@ -486,6 +486,6 @@ def test_validation_does_not_change_the_job() -> None:
 
 
 def test_field_error_renders_in_kubernetes_form() -> None:
-    error = validating.FieldError("spec.pytorchReplicaSpecs[Master].replicas", "Forbidden", "must be 1")
+    error = reports.FieldError("spec.pytorchReplicaSpecs[Master].replicas", "Forbidden", "must be 1")
     assert str(error) == "spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1"
     assert error.message == "Forbidden: must be 1"

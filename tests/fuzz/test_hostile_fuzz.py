@@ -22,6 +22,7 @@ from hypothesis import given
 from shared.api import jobs
 from shared.bus import records
 from shared.core import defaulting, planning, reconciling, statuses, validating
+from shared.core.outcomes import Verdict
 from shared.core.errors import PlanError
 from shared.core.settings import OperatorSettings
 from tests.fuzz.strategies import EXAMPLES, FUZZ, RECORD_BYTES, spoilt_jobs
@@ -46,7 +47,7 @@ def through_the_core(document: dict[str, Any]) -> str:
         assert str(exc)
         skeleton = jobs.skeleton(document)
         if skeleton is not None:
-            verdict = statuses.Verdict(f"{skeleton.KIND}FailedValidation", f"failed validation because {exc}")
+            verdict = Verdict(f"{skeleton.KIND}FailedValidation", f"failed validation because {exc}")
             outcome = statuses.compute(skeleton, [], NOW, verdict)
             assert outcome.status.conditions and outcome.status.conditions[-1].type == "Failed"
             outcome.status.dump()

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import common, elastic
-from shared.core import admitting, basis, effects, plans, preparing, statuses
+from shared.core import admitting, basis, effects, outcomes, plans
 from shared.core import settings as operator_settings
 from shared.core.elastic import decisions, defaulting, planning, reconciling, scaling, validating
 from shared.core.elastic.settings import ElasticSettings
@@ -158,11 +158,11 @@ class TrainingJobs:
         decision.settings = dataclasses.asdict(settings)
         return decision
 
-    def prepare(self, document: Manifest) -> preparing.Prepared | None:
+    def prepare(self, document: Manifest) -> None:
         return None
 
     def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: preparing.Prepared | None) -> tuple[Any, statuses.Outcome] | None:
+               prepared: None) -> tuple[Any, outcomes.Outcome] | None:
         """None: the reconciler writes a TrainingJob's status with its children (see the module)."""
         return None
 

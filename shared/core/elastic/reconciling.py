@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 
 from shared.api import common, elastic, objects
 from shared.api.objects import name_of
-from shared.core import effects, owners
+from shared.core import effects, owners, reports
 from shared.core.elastic import decisions, defaulting, naming, planning, scaling, statuses, validating
 from shared.core.elastic.deciding import NeedExec, Pass
 from shared.core.elastic.settings import ElasticSettings
@@ -134,12 +134,12 @@ def _dispatch(p: Pass) -> None:
         p.decision.step(decisions.STEP_WAITING, p.job.name, f"unknown phase {phase!r}: nothing to do")
 
 
-def _invalid(p: Pass, report: validating.Report) -> None:
+def _invalid(p: Pass, report: reports.Report) -> None:
     """A job kto cannot run: Failed once (no restart: it would fail the same way), then
     cleaned up like a finished job."""
     if not statuses.has(p.status, statuses.FAILED):
         statuses.initialized(p.status)
-        message = f"TrainingJob {p.job.name} failed validation because {validating.describe(report)}"
+        message = f"TrainingJob {p.job.name} failed validation because {reports.describe(report)}"
         statuses.update(p.status, statuses.FAILED, statuses.REASON_FAILED_VALIDATION, message, p.now)
         p.status.completion_time = p.status.completion_time or p.now
         p.event("Warning", statuses.REASON_FAILED_VALIDATION, message)

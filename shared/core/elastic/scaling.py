@@ -30,7 +30,7 @@ import datetime as dt
 
 from shared.api import elastic, objects
 from shared.api.objects import labels_of, name_of
-from shared.core import effects, owners
+from shared.core import effects, owners, reports
 from shared.core.elastic import decisions, naming, planning, statuses, validating
 from shared.core.elastic.deciding import Pass
 
@@ -194,7 +194,7 @@ def execute(p: Pass) -> None:
     statuses.initialized(status)
     report = validating.validate_scaler(scaler)
     if not report.ok:
-        _finish(p, scaler, status, f"{scaler.full_name} is invalid: {validating.describe(report)}")
+        _finish(p, scaler, status, f"{scaler.full_name} is invalid: {reports.describe(report)}")
     elif isinstance(scaler, elastic.ScaleIn):
         assert isinstance(status, elastic.ScaleInStatus)
         _scale_in(p, scaler, status)

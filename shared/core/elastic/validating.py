@@ -1,7 +1,7 @@
 """Validation of TrainingJobs and scalers (kto's rules; upstream has no webhook, spec B.2).
 
 In: a TrainingJob after ``defaulting.set_defaults``, or a ScaleIn / ScaleOut.
-Out: a ``shared.core.validating.Report`` whose errors each name a field path.
+Out: a ``shared.core.reports.Report`` whose errors each name a field path.
 
 Upstream checks nothing beyond its CRD schema and crashes or misbehaves on
 what it cannot use (no containers, a null worker spec). kto refuses such a
@@ -18,12 +18,8 @@ import re
 from typing import Any
 
 from shared.api import elastic, limits
-from shared.core import validating
 from shared.core.elastic import naming, planning
-
-Report = validating.Report
-FieldError = validating.FieldError
-describe = validating.describe
+from shared.core.reports import FieldError, Report
 
 _CLEAN_POD_POLICIES = ("All", "Running", "None", "")
 _JOB_RESTART_POLICIES = ("Never", "OnFailure")

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from shared.api import common, mpijobs
-from shared.core import admitting, basis, effects, plans, preparing, statuses
+from shared.core import admitting, basis, effects, outcomes, plans
 from shared.core import settings as operator_settings
 from shared.core.mpi_v2 import defaulting, reconciling, sshkeys, validating
 
@@ -32,13 +32,13 @@ def _no_key() -> sshkeys.KeyPair:
     return sshkeys.KeyPair(b"", b"")
 
 
-def job_status(job: mpijobs.MPIJob, children: Sequence[Manifest], now: dt.datetime) -> statuses.Outcome:
+def job_status(job: mpijobs.MPIJob, children: Sequence[Manifest], now: dt.datetime) -> outcomes.Outcome:
     """The status and Events of mpi-operator's sync, from the same pure decision the
     reconciler applies children from (the SSH key and the operator settings play no
     part in the status)."""
     decision = reconciling.decide(job, list(children), now, operator_settings.OperatorSettings(), _no_key)
     status = decision.status if isinstance(decision.status, common.JobStatus) else job.status or common.JobStatus()
-    return statuses.Outcome(status, decision.events)
+    return outcomes.Outcome(status, decision.events)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,17 +93,17 @@ class MPIJobV2:
         decision.status, decision.events = None, []  # the status service's, from its own sync
         return decision
 
-    def prepare(self, document: Manifest) -> preparing.Prepared | None:
+    def prepare(self, document: Manifest) -> None:
         return None  # the status comes from the sync's decision, made afresh
 
     def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: preparing.Prepared | None) -> tuple[Any, statuses.Outcome] | None:
-        """Its sync's status; a document that does not load as v2beta1 is read as a v1 job
-        (whose loader then names what is wrong with it)."""
+               prepared: None) -> tuple[Any, outcomes.Outcome] | outcomes.Declined:
+        """Its sync's status; a document that does not load as v2beta1 is declined, for the
+        registry to read as a v1 job (whose loader then names what is wrong with it)."""
         try:
             job = load(document)
         except mpijobs.LoadError:
-            return preparing.status_of(document, children, now, unconfirmed=unconfirmed, prepared=prepared)
+            return outcomes.Declined.ANOTHER_FAMILY
         return job, job_status(job, children, now)
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,

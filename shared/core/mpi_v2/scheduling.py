@@ -7,8 +7,8 @@ function cannot look them up). Out: the PodGroup ``<job>`` manifest
 (``scheduling.volcano.sh/v1beta1`` or ``scheduling.x-k8s.io/v1alpha1``), and
 the scheduler name, label or annotation every launcher and worker pod gets.
 
-Quantities are added with the arithmetic the v1 planner uses
-(``shared.core.planning``); the way they are counted differs from v1 and is
+Quantities are added with the arithmetic every family uses
+(``shared.core.podgroups``); the way they are counted differs from v1 and is
 mpi-operator's: requests, with limits for resources without a request, per
 resource, times the replicas of each type, the lower-priority type (the
 workers on a tie) counted ``minMember - 1`` times when both types together
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.api import common, mpijobs, objects
-from shared.core import planning, settings
+from shared.core import podgroups, settings
 
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 """The MPIJob annotation naming the Volcano queue when ``schedulingPolicy.queue`` is empty."""
@@ -86,7 +86,7 @@ def min_resources(job: mpijobs.MPIJob, members: int, priorities: Mapping[str, in
         lower = mpijobs.WORKER if order[0][0] == order[1][0] else order[1][1]
         if lower in counted:
             counted[lower] = members - 1
-    totals: dict[str, planning._Quantity] = {}
+    totals: dict[str, podgroups.Quantity] = {}
     for _, replica_type, _ in order:
         replica = job.replica(replica_type)
         assert replica is not None
@@ -94,8 +94,8 @@ def min_resources(job: mpijobs.MPIJob, members: int, priorities: Mapping[str, in
             if not isinstance(container, dict):
                 continue
             for name, raw in _requested(container).items():
-                parsed = planning._Quantity.parse(raw)
-                quantity = planning._Quantity(parsed.value * counted[replica_type], parsed.form)
+                parsed = podgroups.Quantity.parse(raw)
+                quantity = podgroups.Quantity(parsed.value * counted[replica_type], parsed.form)
                 totals[name] = totals[name].add(quantity) if name in totals else quantity
     return {name: totals[name].format() for name in sorted(totals)}
 
@@ -112,7 +112,7 @@ def desired_pod_group(
     policy = _policy(job)
     spec: common.Manifest = {"minMember": members}
     if operator.volcano:
-        api_version = planning.VOLCANO_API_VERSION
+        api_version = podgroups.VOLCANO_API_VERSION
         queue = (job.metadata.annotations or {}).get(VOLCANO_QUEUE_ANNOTATION, "")
         if policy is not None and policy.queue:
             queue = policy.queue
@@ -124,7 +124,7 @@ def desired_pod_group(
         if resources is not None:  # a pointer upstream: an empty list is still written
             spec["minResources"] = resources
     else:
-        api_version = planning.SCHEDULER_PLUGINS_API_VERSION
+        api_version = podgroups.SCHEDULER_PLUGINS_API_VERSION
         timeout = policy.schedule_timeout_seconds if policy is not None else None
         spec["scheduleTimeoutSeconds"] = timeout or 0
         if resources:
@@ -145,6 +145,6 @@ def decorate(job: mpijobs.MPIJob, operator: settings.OperatorSettings,
         return
     pod_spec["schedulerName"] = operator.pod_scheduler_name
     if operator.volcano:
-        annotations[planning.VOLCANO_GROUP_NAME_ANNOTATION] = job.name
+        annotations[podgroups.VOLCANO_GROUP_NAME_ANNOTATION] = job.name
     else:
-        labels[planning.SCHEDULER_PLUGINS_POD_GROUP_LABEL] = job.name
+        labels[podgroups.SCHEDULER_PLUGINS_POD_GROUP_LABEL] = job.name

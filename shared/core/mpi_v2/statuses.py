@@ -23,14 +23,11 @@ import datetime as dt
 from collections.abc import Sequence
 
 from shared.api import common, mpijobs, objects
-from shared.core import computations, conditions, events
-from shared.core import statuses as job_statuses
+from shared.core import computations, conditions, events, outcomes
 from shared.core.mpi_v2 import validating
 
 Manifest = common.Manifest
 Event = events.Event
-Outcome = job_statuses.Outcome
-"""The new status and its Events (the v1 kinds' shape)."""
 
 CREATED_REASON = "MPIJobCreated"
 RUNNING_REASON = "MPIJobRunning"
@@ -103,7 +100,7 @@ def compute(
     launcher_pods: Sequence[Manifest],
     workers: Sequence[Manifest],
     now: dt.datetime,
-) -> Outcome:
+) -> outcomes.Outcome:
     """A.12.2 on a copy of ``status``."""
     status = status.model_copy(deep=True)
     events: list[Event] = []
@@ -193,4 +190,4 @@ def compute(
             conditions.MPI_OPERATOR,
         ):
             events.append(Event("Normal", RUNNING_REASON, f"MPIJob {ns_name} is running"))
-    return Outcome(status, events)
+    return outcomes.Outcome(status, events)

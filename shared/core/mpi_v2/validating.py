@@ -1,6 +1,6 @@
 """Validation of a defaulted MPIJob v2beta1 (spec A.5), as mpi-operator's controller runs it.
 
-In: a defaulted :class:`mpijobs.MPIJob`. Out: a ``validating.Report`` whose
+In: a defaulted :class:`mpijobs.MPIJob`. Out: a ``reports.Report`` whose
 errors come in upstream's order with upstream's field paths, types and
 details, then kto's limits (``shared.api.limits``: nesting depth, size,
 replicas), which upstream does not have. ``event`` turns a failed report
@@ -10,9 +10,9 @@ into upstream's ``ValidationError`` Warning.
 from __future__ import annotations
 
 from shared.api import limits, mpijobs
-from shared.core import validating
+from shared.core import reports
 from shared.core.events import Event
-from shared.core.validating import FieldError, Report
+from shared.core.reports import FieldError, Report
 
 VALIDATION_ERROR_REASON = "ValidationError"
 EVENT_MESSAGE_LIMIT = 1024
@@ -31,25 +31,25 @@ def truncate(message: str) -> str:
 
 def _not_supported(path: str, value: str, supported: tuple[str, ...]) -> FieldError:
     """Kubernetes field.NotSupported, the supported values sorted as ``sets.String.List`` gives them."""
-    return FieldError(path, "NotSupported", validating._supported(sorted(supported)), validating._quote(value))
+    return FieldError(path, "NotSupported", reports.supported(sorted(supported)), reports.quote(value))
 
 
 def _non_negative(path: str, value: int | None, errors: list[FieldError]) -> None:
     if value is not None and value < 0:
-        errors.append(FieldError(path, "Invalid", _NON_NEGATIVE, validating._number(value)))
+        errors.append(FieldError(path, "Invalid", _NON_NEGATIVE, reports.number(value)))
 
 
 def _check_name(job: mpijobs.MPIJob, errors: list[FieldError]) -> None:
     worker = job.replica(mpijobs.WORKER)
     replicas = worker.replicas if worker is not None and worker.replicas is not None and worker.replicas > 0 else 1
     hostname = f"{job.name}-worker-{replicas - 1}"
-    problems = validating._dns1035_errors(hostname)
+    problems = reports.dns1035_errors(hostname)
     if problems:
         errors.append(FieldError(
             "metadata.name", "Invalid",
-            f"will not able to create pod and service with invalid DNS label {validating._quote(hostname)}: "
+            f"will not able to create pod and service with invalid DNS label {reports.quote(hostname)}: "
             + ", ".join(problems),
-            validating._quote(job.name),
+            reports.quote(job.name),
         ))
 
 
@@ -82,14 +82,14 @@ def _check_replica_specs(job: mpijobs.MPIJob, errors: list[FieldError]) -> None:
         _check_replica(launcher, launcher_path, errors)
         if launcher.replicas is not None and launcher.replicas != 1:
             errors.append(FieldError(f"{launcher_path}.replicas", "Invalid", "must be 1",
-                                     validating._number(launcher.replicas)))
+                                     reports.number(launcher.replicas)))
     worker = specs.get(mpijobs.WORKER)
     if worker is not None:
         worker_path = f"{_REPLICAS_PATH}[{mpijobs.WORKER}]"
         _check_replica(worker, worker_path, errors)
         if worker.replicas is not None and worker.replicas <= 0:
             errors.append(FieldError(f"{worker_path}.replicas", "Invalid", "must be greater than or equal to 1",
-                                     validating._number(worker.replicas)))
+                                     reports.number(worker.replicas)))
 
 
 def _check_run_policy(job: mpijobs.MPIJob, errors: list[FieldError]) -> None:
@@ -121,7 +121,7 @@ def _check_limits(job: mpijobs.MPIJob, errors: list[FieldError]) -> None:
         if spec is not None and spec.replicas is not None and spec.replicas > limits.MAX_REPLICAS:
             errors.append(FieldError(
                 f"{_REPLICAS_PATH}[{replica_type}].replicas", "Invalid",
-                f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type", validating._number(spec.replicas),
+                f"kto's limit is {limits.MAX_REPLICAS} replicas per replica type", reports.number(spec.replicas),
             ))
 
 
@@ -150,5 +150,5 @@ def event(report: Report) -> Event:
 
     The aggregate is Kubernetes' ``ErrorList.ToAggregate()``: one error as is,
     several in brackets joined by ``, ``."""
-    aggregate = validating.aggregate(report.errors)
+    aggregate = reports.aggregate(report.errors)
     return Event("Warning", VALIDATION_ERROR_REASON, truncate(f"Found validation errors: {aggregate}"))
