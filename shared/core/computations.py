@@ -1,11 +1,12 @@
-"""The working state of one status computation of a kubeflow.org/v1 job, and
-the pieces the per-kind status rules share (spec §6.4 d, §7).
+"""The working state of one status computation, and the pieces status rules share
+(spec §6.4 d, §7).
 
 In: a job, its pods bucketed per replica type, the status being built, the
-clock. Out: a :class:`Computation` that the engine (``shared.core.statuses.compute``)
-fills with replica counts and hands to the kind's ``status_rules`` hook
-(``shared.core.frameworks``), which sets conditions and collects Events
-through it. Pure: no I/O.
+clock. Out: the replica :class:`Counts` every family's status counts pods into
+(MPIJob v2beta1's and TrainingJob's too), and a :class:`Computation` that the
+kubeflow.org/v1 engine (``shared.core.statuses.compute``) fills with replica
+counts and hands to the kind's ``status_rules`` hook (``shared.core.frameworks``),
+which sets conditions and collects Events through it. Pure: no I/O.
 """
 
 from __future__ import annotations
