@@ -17,9 +17,10 @@ import yaml
 
 from faulting import faults
 from shared import lifecycle
-from sim import collecting, jobcontrolling, kubelet, nodes, scheduling, serving
 from sim import settings as sim_settings
-from sim import store as sim_store
+from sim.apiserver import collecting, jobcontrolling, scheduling, serving
+from sim.apiserver import store as sim_store
+from sim.node import kubelet, nodes
 
 log = logging.getLogger(__name__)
 

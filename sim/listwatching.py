@@ -1,6 +1,6 @@
 """List+watch of one resource of the in-process store, for the scheduler and the kubelet.
 
-In: a store (sim/store.py contract) and a resource key. Out: calls of a
+In: a store (sim/apiserver/store.py contract) and a resource key. Out: calls of a
 synchronous handler `handler(event_type, obj)` with ADDED / MODIFIED /
 DELETED, in resourceVersion order. After a 410 Gone or a watch that ends, it
 lists again and reports the difference against what it had seen (objects

@@ -22,10 +22,11 @@ import yaml
 from aiohttp import web
 
 from faulting import faults
-from sim import applying, decoding, discovery, errors, execing, openapi, patching, protobuf, resources, reviewing
-from sim import tables
-from sim import store as sim_store
-from sim import admitting
+from sim import errors
+from sim.apiserver import (admitting, applying, decoding, discovery, openapi, patching, protobuf, resources, reviewing,
+                           tables)
+from sim.apiserver import store as sim_store
+from sim.node import execing
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,9 @@ class Server:
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self.admission = admitting.Admission(store)
-        """The admission webhook plugins (sim/admitting.py)."""
+        """The admission webhook plugins (sim/apiserver/admitting.py)."""
         self.reviews = reviewing.Reviews(store)
-        """Tokens issued, TokenReview and access reviews (sim/reviewing.py)."""
+        """Tokens issued, TokenReview and access reviews (sim/apiserver/reviewing.py)."""
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -389,7 +390,7 @@ class Server:
 
     @staticmethod
     def _out(obj: Obj, route: Route, res: resources.Resource) -> Obj:
-        """The stored object as the requested version of its kind reads it (``sim.store.view``)."""
+        """The stored object as the requested version of its kind reads it (``sim.apiserver.store.view``)."""
         return sim_store.view(res, obj)
 
     # --- verbs ----------------------------------------------------------------------------------------

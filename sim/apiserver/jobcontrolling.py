@@ -42,7 +42,7 @@ from typing import Any
 
 from sim import errors, listwatching
 from sim import settings as sim_settings
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 

@@ -60,8 +60,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sim import errors, execing, listwatching, nodes, processes, shelling
+from sim import errors, listwatching
 from sim import settings as sim_settings
+from sim.node import execing, nodes, processes, shelling
 
 log = logging.getLogger(__name__)
 
@@ -236,11 +237,11 @@ class _Run:
     """The init container that failed last (index, exit code), until the init containers all succeed."""
     init_restarts: int = 0
     initialising: bool = False
-    """The init containers' commands are running (sim/execing.py)."""
+    """The init containers' commands are running (sim/node/execing.py)."""
     transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     """Condition type → (status, lastTransitionTime) as last written."""
     sandbox: processes.Pod | None = None
-    """Set when the pod's containers run as local processes (sim/processes.py)."""
+    """Set when the pod's containers run as local processes (sim/node/processes.py)."""
 
     def transition(self, kind: str, status: str, clock: str) -> str:
         """lastTransitionTime of a condition: kept while its status stays."""
@@ -450,7 +451,7 @@ class Kubelet:
         self._writing: set[Key] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.filesystems = execing.Filesystems(store)
-        """The files of the pods that are exec'd or run init commands (sim/execing.py)."""
+        """The files of the pods that are exec'd or run init commands (sim/node/execing.py)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._node_runtime: dict[str, str] = {}
         """Node → its ``sim.kto.dev/runtime`` label as last seen."""
@@ -983,7 +984,7 @@ class Kubelet:
         phase = "Succeeded" if run.phase == "Succeeded" else "Failed"
         self._terminate(run, code, "Error" if code else "Completed", clock, phase=phase)
 
-    # -- the process runtime (sim/processes.py) -------------------------
+    # -- the process runtime (sim/node/processes.py) -------------------------
 
     def _pods_root(self) -> pathlib.Path:
         if self._settings.pods_dir is not None:

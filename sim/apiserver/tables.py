@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sim import resources
+from sim.apiserver import resources
 
 Obj = dict[str, Any]
 

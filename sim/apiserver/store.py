@@ -30,8 +30,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from sim import applying, errors, patching, resources, schema, selectors
+from sim import errors
 from sim import settings as sim_settings
+from sim.apiserver import applying, patching, resources, schema, selectors
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from sim import errors, patching
+from sim import errors
+from sim.apiserver import patching
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]

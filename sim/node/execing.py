@@ -28,7 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import errors, shelling, streaming
+from sim import errors
+from sim.node import shelling, streaming
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ async def serve_kubelet(request: web.Request, kubelet: Any, namespace: str, name
                         options: streaming.Options | None = None) -> web.StreamResponse:
     """The kubelet's ``/exec/{namespace}/{pod}/{container}``: refused before the upgrade (plain text, which
     kube-apiserver relays as it is), or upgraded to WebSocket or SPDY and run."""
-    from sim import spdying
+    from sim.node import spdying
 
     if options is None:
         options = streaming.Options.of(request.query, kubelet=True)

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from sim import errors, listwatching, nodes, quantities
+from sim import errors, listwatching, objects, quantities
 from sim import settings as sim_settings
 
 log = logging.getLogger(__name__)
@@ -386,7 +386,7 @@ def fits_free_capacity(min_resources: Mapping[str, Fraction], usages: Sequence[N
     """True when the cluster's free capacity, summed over schedulable nodes, covers `min_resources`."""
     free: quantities.Resources = {}
     for usage in usages:
-        if (usage.node.get("spec") or {}).get("unschedulable") or not nodes.is_ready(usage.node):
+        if (usage.node.get("spec") or {}).get("unschedulable") or not objects.is_ready(usage.node):
             continue
         for name, value in usage.allocatable.items():
             free[name] = free.get(name, Fraction(0)) + value - usage.requested.get(name, Fraction(0))

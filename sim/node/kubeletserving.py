@@ -5,7 +5,7 @@ In: requests from kube-apiserver to ``https://<node InternalIP>:<daemonEndpoints
 ``GET|POST /exec/{namespace}/{pod}/{container}?command=…`` upgraded to WebSocket (passed through
 by kube-apiserver to a node that declares ``ExtendWebSocketsToKubelet``) or SPDY/3.1 (what its
 StreamTranslator speaks to any other node, and what SPDY clients send through it). Out: the
-simulated kubelet's log text and exec results (sim/execing.py, sim/streaming.py, sim/spdying.py).
+simulated kubelet's log text and exec results (sim/node/execing.py, sim/node/streaming.py, sim/node/spdying.py).
 One endpoint serves every fake node: requests name the pod, and the kubelet knows where it runs.
 
 TLS with a self-signed serving certificate made at start: kube-apiserver started without
@@ -31,7 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sim import errors, execing
+from sim import errors
+from sim.node import execing
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,13 @@
 A node labelled ``sim.kto.dev/runtime: process`` (``kto up --runtime process``,
 ``kto sim --runtime process``, or ``kubectl label node``) runs each pod whose
 containers all have a ``command`` as local processes; other pods, and every pod of a
-``simulated`` node, are simulated as before (sim/kubelet.py). Images are not pulled or
+``simulated`` node, are simulated as before (sim/node/kubelet.py). Images are not pulled or
 looked at: the "image" is this machine — its PATH, with a per-pod Python layer over
 kto's own Python environment first on it (see :class:`PodDir`).
 
 In: the pod (its spec as stored), the node's and pod's addresses, ConfigMaps and
 Secrets read through the kubelet's store. Out: per container, a process started
-through sim/launching.py with
+through sim/node/launching.py with
 
 * the environment a kubelet gives: ``PATH``, ``HOME`` (the pod's scratch directory)
   and ``HOSTNAME`` (the pod's hostname) in place of an image's, then ``envFrom`` and
@@ -450,7 +450,7 @@ class PodDir:
 
 async def launch(argv: list[str], executable: str, env: Mapping[str, str], cwd: pathlib.Path,
                  hosts: pathlib.Path, log_path: pathlib.Path) -> asyncio.subprocess.Process:
-    """Start the container's process through sim/launching.py, in a session of its own (so its whole
+    """Start the container's process through sim/node/launching.py, in a session of its own (so its whole
     tree can be signalled), output appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as output:

@@ -6,16 +6,16 @@ default pod duration). Out: nodes ``sim-node-<i>`` registered with
 ``nvidia.com/gpu`` capacity, kept Ready by renewing their Leases in
 ``kube-node-lease`` (so kube-controller-manager's node lifecycle controller
 leaves them alone), and the pods the scheduler binds to them run exactly as
-in sim/ (sim/kubelet.py): running for ``sim.kto.dev/duration``, exiting with
+in sim/ (sim/node/kubelet.py): running for ``sim.kto.dev/duration``, exiting with
 ``sim.kto.dev/exit-code``, failing ``sim.kto.dev/fail-times`` times, and
 removed once deleted — or, on nodes labelled ``sim.kto.dev/runtime: process``
-(``SimSettings.runtime``), as real local processes (sim/processes.py). One test
+(``SimSettings.runtime``), as real local processes (sim/node/processes.py). One test
 suite thus drives both tiers.
 
 The kubelet logic talks to a store; :class:`RemoteStore` is that store over
 HTTP, with the API server's errors turned into the sim's. The agent also
 serves the kubelet API of all its nodes on one HTTPS port
-(sim/kubeletserving.py: ``kubectl logs`` and ``kubectl exec`` through
+(sim/node/kubeletserving.py: ``kubectl logs`` and ``kubectl exec`` through
 kube-apiserver) and registers the nodes with that endpoint.
 """
 
@@ -30,8 +30,10 @@ from typing import Any
 
 from shared.kube import clients
 from shared.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, SERVICES, ResourceType
-from sim import errors, kubelet, kubeletserving, nodes, store
+from sim import errors, objects
 from sim import settings as sim_settings
+from sim.apiserver import store
+from sim.node import kubelet, kubeletserving, nodes
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ class _Watch:
 
 
 class RemoteStore:
-    """The part of sim/store.py's interface the kubelet uses, over a KubeClient."""
+    """The part of sim/apiserver/store.py's interface the kubelet uses, over a KubeClient."""
 
     def __init__(self, client: clients.KubeClient) -> None:
         self._client = client
@@ -227,7 +229,7 @@ async def wait_ready(
                 agent.result()
                 raise RuntimeError("the node agent stopped before its nodes were Ready")
             items, _ = await client.list(NODES)
-            ready = [n for n in items if nodes.node_index(n["metadata"]["name"]) is not None and nodes.is_ready(n)]
+            ready = [n for n in items if nodes.node_index(n["metadata"]["name"]) is not None and objects.is_ready(n)]
             if len(ready) >= count:
                 return
             if loop.time() > deadline:

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from sim import shelling
+from sim.node import shelling
 
 log = logging.getLogger(__name__)
 
