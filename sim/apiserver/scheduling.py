@@ -45,6 +45,7 @@ from typing import Any
 
 from sim import errors, listwatching, objects, quantities
 from sim import settings as sim_settings
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 
@@ -495,7 +496,7 @@ class _Bound:
 class Scheduler:
     """Binds pending pods to the simulated nodes; `run()` until cancelled."""
 
-    def __init__(self, store: Any, settings: sim_settings.SimSettings) -> None:
+    def __init__(self, store: sim_store.Store, settings: sim_settings.SimSettings) -> None:
         self._store = store
         self._settings = settings
         self._nodes: dict[str, dict[str, Any]] = {}

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from sim import errors
+from sim import errors, statuswriting
 from sim import settings as sim_settings
 from sim.apiserver import applying, patching, resources, schema, selectors
 
@@ -273,7 +273,7 @@ class Store:
         """Read the object, let ``change`` edit it, write its status subresource; on
         409 read it again and redo. ``change`` returning False means nothing to write.
         False only when every attempt met a conflict; a 404 is raised."""
-        return await change_status(self, resource, namespace, name, change, attempts)
+        return await statuswriting.change_status(self, resource, namespace, name, change, attempts)
 
     async def patch(
         self,
@@ -308,6 +308,10 @@ class Store:
         """Open a watch now; raises ``ApiError`` 410 (Expired) for a resourceVersion older than the window."""
         return self.open_watch(resource, namespace, resource_version, label_selector, field_selector,
                                bookmarks, copies=True)
+
+    def watch_shared(self, resource: str, resource_version: str) -> Watch:
+        """An informer's watch (sim/listwatching.py): every object, bookmarks, the stored objects themselves."""
+        return self.open_watch(resource, None, resource_version, None, None, True, copies=False)
 
     def subscribe(
         self,
@@ -1256,21 +1260,3 @@ def _crd_status(crd: Obj, previous: Obj | None = None) -> Obj:
         ],
         "storedVersions": versions or [v.get("name") for v in (crd.get("spec") or {}).get("versions") or []][:1],
     }
-
-
-async def change_status(
-    store: Any, resource: str, namespace: str | None, name: str, change: Callable[[Obj], bool], attempts: int,
-) -> bool:
-    """Read-change-write of an object's status through any store with ``get`` and ``update``
-    (this one, or the node agent's over HTTP); on 409 read again and redo."""
-    for _ in range(attempts):
-        obj = await store.get(resource, namespace, name)
-        if not change(obj):
-            return True
-        try:
-            await store.update(resource, obj, subresource="status")
-            return True
-        except errors.ApiError as exc:
-            if exc.code != 409:
-                raise
-    return False

@@ -1,8 +1,8 @@
 """The files of simulated pods, their init containers' commands, and exec into their containers.
 
-In: a pod (as the kubelet runs it) and a store to read its ConfigMap and
-Secret volumes from (sim's Store, or the node agent's RemoteStore over the
-API); an exec's container and argv. Out: per pod a set of
+In: a pod (as the kubelet runs it) and the API server to read its ConfigMap
+and Secret volumes from (sim/node/apis.py: the local cluster's store, or the
+node agent's client of any API server); an exec's container and argv. Out: per pod a set of
 :class:`shelling.Filesystem`s — one root per container, one per volume,
 emptyDirs shared by the containers that mount them — built only for pods that
 are exec'd or whose init containers have commands (thousands of plain pods
@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from sim import errors
-from sim.node import shelling, streaming
+from sim.node import apis, shelling, streaming
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ def require_host(pod: Mapping[str, Any]) -> None:
 class Filesystems:
     """The filesystems of the pods one kubelet runs, built on demand."""
 
-    def __init__(self, store: Any) -> None:
-        self._store = store
+    def __init__(self, api: apis.NodeApi) -> None:
+        self._api = api
         self._pods: dict[Key, PodFiles] = {}
 
     def __len__(self) -> int:
@@ -115,7 +115,7 @@ class Filesystems:
         self._pods.pop(key, None)
 
     async def of(self, pod: Mapping[str, Any]) -> PodFiles:
-        """The pod's files, built (volumes read from the store) the first time they are needed."""
+        """The pod's files, built (volumes read from the API server) the first time they are needed."""
         metadata = pod.get("metadata") or {}
         key = (metadata.get("namespace") or "", metadata.get("name") or "")
         files = self._pods.get(key)
@@ -210,7 +210,7 @@ class Filesystems:
                        source: Mapping[str, Any], mode: int) -> None:
         """The keys of a ConfigMap or Secret as files (``items`` picks keys, paths and modes)."""
         try:
-            obj = await self._store.get(resource, namespace, name)
+            obj = await self._api.get(resource, namespace, name)
         except errors.ApiError as exc:
             if exc.code != 404:
                 raise

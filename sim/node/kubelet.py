@@ -2,8 +2,8 @@
 
 In: pods bound (`spec.nodeName`) to a `sim-node-<i>`, through one watch of all
 pods; `fail_node`, `recover_node` and `evict` calls from the admin API or a
-test. Out, through the store's status subresource (resourceVersion checked,
-re-read and retried on 409): each pod's life, and a few deterministic log
+test; all through the API server of sim/node/apis.py. Out, through the status
+subresource (resourceVersion checked, re-read and retried on 409): each pod's life, and a few deterministic log
 lines per pod (`logs`).
 
 A pod's life:
@@ -57,12 +57,12 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sim import errors, listwatching
+from sim import errors, listwatching, statuswriting
 from sim import settings as sim_settings
-from sim.node import execing, nodes, processes, shelling
+from sim.node import apis, execing, nodes, processes, shelling
 
 log = logging.getLogger(__name__)
 
@@ -437,8 +437,8 @@ def _base_status(container: Mapping[str, Any]) -> dict[str, Any]:
 class Kubelet:
     """Runs the pods bound to the simulated nodes; `run()` until cancelled."""
 
-    def __init__(self, store: Any, settings: sim_settings.SimSettings) -> None:
-        self._store = store
+    def __init__(self, api: apis.NodeApi, settings: sim_settings.SimSettings) -> None:
+        self._api = api
         self._settings = settings
         self._node_ips = {nodes.node_name(i): nodes.node_ip(i) for i in range(settings.nodes)}
         self._failed_nodes: set[str] = set()
@@ -450,7 +450,7 @@ class Kubelet:
         self._queued: set[Key] = set()
         self._writing: set[Key] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.filesystems = execing.Filesystems(store)
+        self.filesystems = execing.Filesystems(api)
         """The files of the pods that are exec'd or run init commands (sim/node/execing.py)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._node_runtime: dict[str, str] = {}
@@ -469,9 +469,9 @@ class Kubelet:
         self._loop = asyncio.get_running_loop()
         await self._register_nodes()
         informers = [
-            listwatching.Informer(self._store, "nodes", self._on_node, name="sim-kubelet-nodes"),
-            listwatching.Informer(self._store, "services", self._on_service, name="sim-kubelet-services"),
-            listwatching.Informer(self._store, "pods", self._on_pod, name="sim-kubelet-pods"),
+            listwatching.Informer(self._api, "nodes", self._on_node, name="sim-kubelet-nodes"),
+            listwatching.Informer(self._api, "services", self._on_service, name="sim-kubelet-services"),
+            listwatching.Informer(self._api, "pods", self._on_pod, name="sim-kubelet-pods"),
         ]
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -603,7 +603,7 @@ class Kubelet:
             status.update(phase="Failed", reason="Evicted", message="The pod was evicted before it started.")
             return True
 
-        await self._store.change_status("pods", namespace, name, evict, MAX_CONFLICT_RETRIES)
+        await statuswriting.change_status(self._api, "pods", namespace, name, evict, MAX_CONFLICT_RETRIES)
 
     # -- nodes ---------------------------------------------------------
 
@@ -615,12 +615,12 @@ class Kubelet:
         clock = timestamp(time.time())
         for node in nodes.make_nodes(self._settings, clock):
             try:
-                await self._store.create("nodes", node)
+                await self._api.create("nodes", node)
             except errors.ApiError as exc:
                 if exc.code != 409:
                     raise
                 # Registered before (an earlier agent on a kept control plane): take this agent's runtime.
-                existing = await self._store.get("nodes", None, node["metadata"]["name"])
+                existing = await self._api.get("nodes", None, node["metadata"]["name"])
                 labels = (existing.get("metadata") or {}).get("labels") or {}
                 if labels.get(nodes.RUNTIME_LABEL) != self._settings.runtime:
                     await self._update_node(node["metadata"]["name"], self._label_runtime, clock)
@@ -659,21 +659,21 @@ class Kubelet:
                 lastHeartbeatTime=clock,
             )
 
-    async def _update_node(self, name: str, change: Any, clock: str) -> None:
+    async def _update_node(self, name: str, change: Callable[[dict[str, Any], str], None], clock: str) -> None:
         """Apply `change` to the node's spec (main resource) and status (subresource), retrying on 409."""
         for subresource in (None, "status"):
             for _ in range(MAX_CONFLICT_RETRIES):
                 try:
-                    node = await self._store.get("nodes", None, name)
+                    node = await self._api.get("nodes", None, name)
                 except errors.ApiError as exc:
                     if exc.code != 404:
                         raise
                     # Not registered yet (run() just started) or deleted: register it now.
                     index = nodes.node_index(name) or 0
-                    node = await self._store.create("nodes", nodes.make_node(self._settings, index, clock))
+                    node = await self._api.create("nodes", nodes.make_node(self._settings, index, clock))
                 change(node, clock)
                 try:
-                    await self._store.update("nodes", node, subresource=subresource)
+                    await self._api.update("nodes", node, subresource=subresource)
                     break
                 except errors.ApiError as exc:
                     if exc.code != 409:
@@ -1106,7 +1106,7 @@ class Kubelet:
 
             async def lookup(kind: str, namespace: str, name: str) -> dict[str, str] | None:
                 try:
-                    return await processes.lookup_in(self._store, kind, namespace, name)
+                    return await processes.lookup_in(self._api, kind, namespace, name)
                 except errors.ApiError as exc:
                     raise processes.StartFailure("CreateContainerConfigError", f"reading {kind} {name}: {exc}")
 
@@ -1273,14 +1273,14 @@ class Kubelet:
                     "status": run.status(pod.get("status") or {}, clock),
                 }
                 try:
-                    pod = await self._store.update("pods", body, subresource="status")
+                    pod = await self._api.update("pods", body, subresource="status")
                 except errors.ApiError as exc:
                     if exc.code == 404:
                         return
                     if exc.code != 409:
                         raise
                     try:
-                        pod = await self._store.get("pods", namespace, name)
+                        pod = await self._api.get("pods", namespace, name)
                     except errors.ApiError as again:
                         if again.code == 404:
                             return
@@ -1289,7 +1289,7 @@ class Kubelet:
                 run.pod = pod
             if run.remove and run.stage == "terminated":
                 try:
-                    await self._store.delete(
+                    await self._api.delete(
                         "pods", namespace, name, preconditions={"uid": run.uid}
                     )
                 except errors.ApiError as exc:

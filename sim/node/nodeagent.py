@@ -12,8 +12,9 @@ removed once deleted — or, on nodes labelled ``sim.kto.dev/runtime: process``
 (``SimSettings.runtime``), as real local processes (sim/node/processes.py). One test
 suite thus drives both tiers.
 
-The kubelet logic talks to a store; :class:`RemoteStore` is that store over
-HTTP, with the API server's errors turned into the sim's. The agent also
+The kubelet is written against :class:`sim.node.apis.NodeApi`; :class:`ClientApi`
+is that API over a KubeClient, raising the protocol's errors (``sim.errors.ApiError``
+with the API server's code) for the client's. The agent also
 serves the kubelet API of all its nodes on one HTTPS port
 (sim/node/kubeletserving.py: ``kubectl logs`` and ``kubectl exec`` through
 kube-apiserver) and registers the nodes with that endpoint.
@@ -25,14 +26,14 @@ import asyncio
 import datetime as dt
 import logging
 import pathlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from shared.kube import clients
 from shared.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, SERVICES, ResourceType
 from sim import errors, objects
 from sim import settings as sim_settings
-from sim.apiserver import store
 from sim.node import kubelet, kubeletserving, nodes
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,11 @@ _TYPES: dict[str, ResourceType] = {"pods": PODS, "nodes": NODES, "configmaps": C
                                    "services": SERVICES}
 
 
-def _sim_error(exc: clients.ApiError) -> errors.ApiError:
+T = TypeVar("T")
+
+
+def _protocol_error(exc: clients.ApiError) -> errors.ApiError:
+    """The NodeApi protocol's error for a client's: the same code (503 when the request got no answer)."""
     return errors.ApiError(exc.code or 503, exc.reason, exc.message)
 
 
@@ -58,7 +63,7 @@ class _Event:
 
 
 class _Watch:
-    """An API server watch as the store's watch: async iterator of events with ``aclose``."""
+    """An API server watch as the protocol's (sim/listwatching.py): events, ``aclose``."""
 
     def __init__(self, stream: AsyncIterator[clients.WatchEvent]) -> None:
         self._stream = stream
@@ -70,7 +75,7 @@ class _Watch:
         try:
             event = await self._stream.__anext__()
         except clients.ApiError as exc:
-            raise _sim_error(exc) from exc
+            raise _protocol_error(exc) from exc
         return _Event(event.type, event.object)
 
     async def aclose(self) -> None:
@@ -79,19 +84,19 @@ class _Watch:
             await aclose()
 
 
-class RemoteStore:
-    """The part of sim/apiserver/store.py's interface the kubelet uses, over a KubeClient."""
+class ClientApi:
+    """:class:`sim.node.apis.NodeApi` over a KubeClient, for any API server."""
 
     def __init__(self, client: clients.KubeClient) -> None:
         self._client = client
         self.kubelet_endpoint: tuple[str, int] | None = None
         """Where the kubelet API is served; nodes registered (or found registered) are pointed there."""
 
-    async def _call(self, call: Callable[[], Any]) -> Any:
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await call()
         except clients.ApiError as exc:
-            raise _sim_error(exc) from exc
+            raise _protocol_error(exc) from exc
 
     async def create(self, resource: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
@@ -99,7 +104,7 @@ class RemoteStore:
         if resource == "nodes" and self.kubelet_endpoint is not None:
             kubeletserving.advertise(obj, *self.kubelet_endpoint)
             try:
-                result: dict[str, Any] = await self._call(lambda: self._client.create(rt, ns, obj))
+                return await self._call(lambda: self._client.create(rt, ns, obj))
             except errors.ApiError as exc:
                 if exc.code == 409:
                     # Registered by an earlier agent: its kubelet endpoint has moved to ours.
@@ -107,19 +112,15 @@ class RemoteStore:
                     await self._call(lambda: self._client.patch(rt, None, obj["metadata"]["name"], {"status": status},
                                                                 subresource="status"))
                 raise
-            return result
-        result = await self._call(lambda: self._client.create(rt, ns, obj))
-        return result
+        return await self._call(lambda: self._client.create(rt, ns, obj))
 
     async def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(lambda: self._client.get(_TYPES[resource], namespace, name))
-        return result
+        return await self._call(lambda: self._client.get(_TYPES[resource], namespace, name))
 
-    async def list(self, resource: str, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
-        result: tuple[list[dict[str, Any]], str] = await self._call(
-            lambda: self._client.list(_TYPES[resource], namespace)
-        )
-        return result
+    async def list(
+        self, resource: str, namespace: str | None = None,
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        return await self._call(lambda: self._client.list(_TYPES[resource], namespace))
 
     async def update(self, resource: str, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
@@ -128,17 +129,10 @@ class RemoteStore:
         if subresource == "status" and resource == "pods":
             # The kubelet's own way: a merge patch of status, guarded by the resourceVersion seen.
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": obj.get("status")}
-            result: dict[str, Any] = await self._call(lambda: self._client.request(
+            return await self._call(lambda: self._client.request(
                 "PATCH", path, body=body, content_type="application/merge-patch+json", route="pods/status",
             ))
-            return result
-        result = await self._call(lambda: self._client.request("PUT", path, body=obj, route=rt.plural))
-        return result
-
-    async def change_status(
-        self, resource: str, namespace: str | None, name: str, change: Callable[[dict[str, Any]], bool], attempts: int,
-    ) -> bool:
-        return await store.change_status(self, resource, namespace, name, change, attempts)
+        return await self._call(lambda: self._client.request("PUT", path, body=obj, route=rt.plural))
 
     async def delete(
         self, resource: str, namespace: str | None, name: str, propagation: str = "Background",
@@ -148,12 +142,11 @@ class RemoteStore:
         if preconditions:
             body["preconditions"] = preconditions
         rt = _TYPES[resource]
-        result: dict[str, Any] = await self._call(
+        return await self._call(
             lambda: self._client.request("DELETE", rt.path(namespace, name), body=body, route=rt.plural)
         )
-        return result
 
-    def watch(self, resource: str, resource_version: str | None = None, bookmarks: bool = True) -> _Watch:
+    def watch_shared(self, resource: str, resource_version: str) -> _Watch:
         return _Watch(self._client.watch(_TYPES[resource], None, resource_version).__aiter__())
 
 
@@ -167,13 +160,13 @@ class NodeAgent:
     def __init__(self, client: clients.KubeClient, settings: sim_settings.SimSettings) -> None:
         self._client = client
         self._settings = settings
-        self._store = RemoteStore(client)
-        self.kubelet = kubelet.Kubelet(self._store, settings)
+        self._api = ClientApi(client)
+        self.kubelet = kubelet.Kubelet(self._api, settings)
         self.server = kubeletserving.KubeletServer(self.kubelet)
 
     async def run(self) -> None:
         port = await self.server.start()
-        self._store.kubelet_endpoint = (self.server.host, port)
+        self._api.kubelet_endpoint = (self.server.host, port)
         try:
             await self._run()
         finally:

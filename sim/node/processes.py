@@ -8,7 +8,7 @@ looked at: the "image" is this machine — its PATH, with a per-pod Python layer
 kto's own Python environment first on it (see :class:`PodDir`).
 
 In: the pod (its spec as stored), the node's and pod's addresses, ConfigMaps and
-Secrets read through the kubelet's store. Out: per container, a process started
+Secrets read through the kubelet's API server (sim/node/apis.py). Out: per container, a process started
 through sim/node/launching.py with
 
 * the environment a kubelet gives: ``PATH``, ``HOME`` (the pod's scratch directory)
@@ -63,6 +63,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from sim import errors, quantities
+from sim.node import apis
 
 log = logging.getLogger(__name__)
 
@@ -494,10 +495,10 @@ def read_data(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
     return data
 
 
-async def lookup_in(store: Any, kind: str, namespace: str, name: str) -> dict[str, str] | None:
-    """A ConfigMap's or Secret's data from the kubelet's store; None when it does not exist."""
+async def lookup_in(api: apis.NodeApi, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+    """A ConfigMap's or Secret's data read through the kubelet's API server; None when it does not exist."""
     try:
-        obj = await store.get(kind, namespace, name)
+        obj = await api.get(kind, namespace, name)
     except errors.ApiError as exc:
         if exc.code == 404:
             return None
