@@ -7,8 +7,9 @@ node agent's client of any API server); an exec's container and argv. Out: per p
 emptyDirs shared by the containers that mount them — built only for pods that
 are exec'd or whose init containers have commands (thousands of plain pods
 stay free); init containers' results (:class:`InitOutcome`); exec results
-(:class:`shelling.Result`); and the errors kube-apiserver and the kubelet
-answer before an exec starts (:func:`exec_container`, :class:`ExecRefused`).
+(:class:`shelling.Result`); and the kubelet's refusal of an exec before it
+starts (:class:`ExecRefused`). The exec entrance itself, with its streams, is
+sim/node/kubeletserving.py's ``serve_exec``.
 
 Launcher processes for ``ps``: a pod annotated ``sim.kto.dev/ssh-hosts-file:
 <path>`` shows, besides PID 1, one ``ssh -o PasswordAuthentication=no -o
@@ -26,10 +27,8 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aiohttp import web
-
 from sim import errors
-from sim.node import apis, shelling, streaming
+from sim.node import apis, shelling
 
 log = logging.getLogger(__name__)
 
@@ -73,32 +72,6 @@ class ExecRefused(Exception):
 def has_init_commands(pod: Mapping[str, Any]) -> bool:
     """True when an init container has a command or args the shell should run."""
     return any(c.get("command") or c.get("args") for c in (pod.get("spec") or {}).get("initContainers") or [])
-
-
-def exec_container(pod: Mapping[str, Any], container: str | None) -> str:
-    """The container an exec or log request addresses, or kube-apiserver's 400 (``validateContainer``)."""
-    spec = pod.get("spec") or {}
-    name = (pod.get("metadata") or {}).get("name", "")
-    containers = [c.get("name", "") for c in spec.get("containers") or []]
-    every = [c.get("name", "") for key in ("initContainers", "containers", "ephemeralContainers")
-             for c in spec.get(key) or []]
-    if not container:
-        if len(containers) == 1:
-            return str(containers[0])
-        if not containers:
-            raise errors.bad_request(f"a container name must be specified for pod {name}")
-        raise errors.bad_request(
-            f"a container name must be specified for pod {name}, choose one of: [{' '.join(every)}]")
-    if container not in every:
-        raise errors.bad_request(f"container {container} is not valid for pod {name}")
-    return container
-
-
-def require_host(pod: Mapping[str, Any]) -> None:
-    """kube-apiserver's 400 for an exec into a pod not yet scheduled."""
-    if not (pod.get("spec") or {}).get("nodeName"):
-        name = (pod.get("metadata") or {}).get("name", "")
-        raise errors.bad_request(f"pod {name} does not have a host assigned")
 
 
 class Filesystems:
@@ -235,43 +208,3 @@ class Filesystems:
             if key in values:
                 fs.write(posixpath.join("/", item.get("path") or key), values[key], int(item.get("mode", mode)))
 
-
-async def serve(request: web.Request, pod: Mapping[str, Any], kubelet: Any) -> web.StreamResponse:
-    """kube-apiserver's ``pods/{name}/exec``: its own checks, then the kubelet's answer."""
-    container = exec_container(pod, request.query.get("container"))
-    require_host(pod)
-    metadata = pod.get("metadata") or {}
-    options = streaming.Options.of(request.query, kubelet=False)
-    return await serve_kubelet(request, kubelet, metadata.get("namespace", ""), metadata.get("name", ""), container,
-                               options)
-
-
-async def serve_kubelet(request: web.Request, kubelet: Any, namespace: str, name: str, container: str,
-                        options: streaming.Options | None = None) -> web.StreamResponse:
-    """The kubelet's ``/exec/{namespace}/{pod}/{container}``: refused before the upgrade (plain text, which
-    kube-apiserver relays as it is), or upgraded to WebSocket or SPDY and run."""
-    from sim.node import spdying
-
-    if options is None:
-        options = streaming.Options.of(request.query, kubelet=True)
-    if not (options.stdin or options.stdout or options.stderr):
-        return web.Response(status=400, text="you must specify at least 1 of stdin, stdout, stderr")
-    if kubelet is None:
-        return web.Response(status=404, text="pod does not exist")
-    try:
-        kubelet.exec_pod(namespace, name, container)
-    except ExecRefused as exc:
-        return web.Response(status=exc.code, text=exc.text)
-
-    async def run(stdin: bytes) -> shelling.Result:
-        try:
-            result: shelling.Result = await kubelet.exec(namespace, name, container, options.command, stdin)
-        except ExecRefused as exc:
-            return shelling.Result(b"", exc.text.encode() + b"\n", 126)
-        return result
-
-    if streaming.is_websocket(request):
-        return await streaming.serve_websocket(request, options, run)
-    if spdying.is_spdy(request):
-        return await spdying.serve(request, options, run)
-    return web.Response(status=400, text="Upgrade request required")

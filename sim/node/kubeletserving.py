@@ -1,12 +1,15 @@
-"""The kubelet's HTTPS API for the node agent's fake nodes: what kube-apiserver proxies ``pods/log`` and ``pods/exec`` to.
+"""The node side's kubelet API: the one log stream and the one exec entrance, served over HTTPS and in-process.
 
-In: requests from kube-apiserver to ``https://<node InternalIP>:<daemonEndpoints.kubeletEndpoint.Port>``
-— ``GET /containerLogs/{namespace}/{pod}/{container}`` (``follow``, ``tailLines``) and
+In: ``GET /containerLogs/{namespace}/{pod}/{container}`` (``follow``, ``tailLines``, ``previous``) and
 ``GET|POST /exec/{namespace}/{pod}/{container}?command=…`` upgraded to WebSocket (passed through
 by kube-apiserver to a node that declares ``ExtendWebSocketsToKubelet``) or SPDY/3.1 (what its
-StreamTranslator speaks to any other node, and what SPDY clients send through it). Out: the
-simulated kubelet's log text and exec results (sim/node/execing.py, sim/node/streaming.py, sim/node/spdying.py).
-One endpoint serves every fake node: requests name the pod, and the kubelet knows where it runs.
+StreamTranslator speaks to any other node, and what SPDY clients send through it), from
+kube-apiserver to ``https://<node InternalIP>:<daemonEndpoints.kubeletEndpoint.Port>`` of the node
+agent's fake nodes (:class:`KubeletServer`); the same calls from the local cluster's API server,
+in-process (:class:`LocalKubelet`, the ``KubeletApi`` of sim/apiserver/kubelets.py). Out: the
+simulated kubelet's log (:func:`stream_log`) and exec results (:func:`serve_exec`, over
+sim/node/streaming.py or sim/node/spdying.py). One endpoint serves every fake node: requests name
+the pod, and the kubelet knows where it runs.
 
 TLS with a self-signed serving certificate made at start: kube-apiserver started without
 ``--kubelet-certificate-authority`` does not verify kubelets. Client certificates are not asked
@@ -23,6 +26,7 @@ import logging
 import pathlib
 import ssl
 import tempfile
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from aiohttp import web
@@ -31,8 +35,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from multidict import MultiMapping
+
 from sim import errors
-from sim.node import execing
+from sim.node import execing, shelling, spdying, streaming
+from sim.node import kubelet as sim_kubelet
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +87,91 @@ def _ssl_context(host: str) -> ssl.SSLContext:
     return context
 
 
+async def stream_log(kubelet: sim_kubelet.Kubelet, namespace: str, name: str, container: str | None, *,
+                     previous: bool, tail: int | None, follow: bool) -> AsyncGenerator[bytes, None]:
+    """The one log stream of the node side, for kube-apiserver (through :class:`KubeletServer`) and for the
+    local cluster's API server (through :class:`LocalKubelet`): the log (its last ``tail`` lines) and, with
+    ``follow`` (not ``previous``), what is written after, polled every ``LOG_POLL`` seconds — an empty chunk
+    at each poll, so a reader may stop on its own terms — until the pod's run here has ended or the process
+    container's run has exited (as ``kubectl logs -f`` ends). ``ApiError`` before the first chunk when
+    ``previous`` finds no earlier run."""
+    text = kubelet.read_log(namespace, name, container, previous)
+    if tail is not None:
+        lines = text.splitlines(keepends=True)
+        text = b"".join(lines[-tail:]) if tail else b""
+    yield text
+    if not follow or previous:
+        return
+    sent = len(kubelet.read_log(namespace, name, container))
+    seen = False
+    while True:
+        chunk = kubelet.read_log(namespace, name, container, offset=sent)
+        sent += len(chunk)
+        yield chunk
+        # A pod bound but not yet taken up by the kubelet has not begun: what ends is a run that was seen.
+        seen = seen or kubelet.pod(namespace, name) is not None
+        if seen and kubelet.finished(namespace, name) or kubelet.process_exited(namespace, name, container):
+            yield kubelet.read_log(namespace, name, container, offset=sent)
+            return
+        await asyncio.sleep(LOG_POLL)
+
+
+async def serve_exec(request: web.Request, kubelet: sim_kubelet.Kubelet, namespace: str, name: str,
+                     container: str, query: MultiMapping[str]) -> web.StreamResponse:
+    """The one exec entrance of the node side, the kubelet's ``/exec/{namespace}/{pod}/{container}``: refused
+    before the upgrade (plain text, which kube-apiserver relays as it is), or upgraded to WebSocket or SPDY
+    and run. ``query`` holds the options in the kubelet's names (``command``, ``input``, ``output``, …)."""
+    options = streaming.Options.of(query)
+    if not (options.stdin or options.stdout or options.stderr):
+        return web.Response(status=400, text="you must specify at least 1 of stdin, stdout, stderr")
+    try:
+        kubelet.exec_pod(namespace, name, container)
+    except execing.ExecRefused as exc:
+        return web.Response(status=exc.code, text=exc.text)
+
+    async def run(stdin: bytes) -> shelling.Result:
+        try:
+            return await kubelet.exec(namespace, name, container, options.command, stdin)
+        except execing.ExecRefused as exc:
+            return shelling.Result(b"", exc.text.encode() + b"\n", 126)
+
+    if streaming.is_websocket(request):
+        return await streaming.serve_websocket(request, options, run)
+    if spdying.is_spdy(request):
+        return await spdying.serve(request, options, run)
+    return web.Response(status=400, text="Upgrade request required")
+
+
+class LocalKubelet:
+    """The kubelet API in-process: what the local cluster's API server proxies logs, exec, evictions and the
+    admin's node failures to (``KubeletApi`` of sim/apiserver/kubelets.py)."""
+
+    def __init__(self, kubelet: sim_kubelet.Kubelet) -> None:
+        self._kubelet = kubelet
+
+    def stream_log(
+        self, namespace: str, name: str, container: str | None, *, previous: bool, tail: int | None, follow: bool,
+    ) -> AsyncGenerator[bytes, None]:
+        return stream_log(self._kubelet, namespace, name, container, previous=previous, tail=tail, follow=follow)
+
+    async def serve_exec(self, request: web.Request, namespace: str, name: str, container: str,
+                         query: MultiMapping[str]) -> web.StreamResponse:
+        return await serve_exec(request, self._kubelet, namespace, name, container, query)
+
+    async def evict(self, namespace: str, name: str) -> None:
+        await self._kubelet.evict(namespace, name)
+
+    async def fail_node(self, name: str) -> None:
+        await self._kubelet.fail_node(name)
+
+    async def recover_node(self, name: str) -> None:
+        await self._kubelet.recover_node(name)
+
+
 class KubeletServer:
     """``await start()`` → port; ``stop()`` is safe twice."""
 
-    def __init__(self, kubelet: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, kubelet: sim_kubelet.Kubelet, host: str = "127.0.0.1", port: int = 0) -> None:
         self.kubelet = kubelet
         self.host = host
         self.port = port
@@ -115,7 +203,7 @@ class KubeletServer:
 
     async def _exec(self, request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        return await execing.serve_kubelet(request, self.kubelet, info["namespace"], info["pod"], info["container"])
+        return await serve_exec(request, self.kubelet, info["namespace"], info["pod"], info["container"], request.query)
 
     async def _logs(self, request: web.Request) -> web.StreamResponse:
         namespace, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
@@ -126,33 +214,26 @@ class KubeletServer:
         if container not in [c.get("name") for key in ("initContainers", "containers") for c in spec.get(key) or []]:
             return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"\n')
         tail = request.query.get("tailLines")
+        follow = request.query.get("follow") in ("true", "1")
         previous = request.query.get("previous") in ("true", "1")
+        chunks = stream_log(self.kubelet, namespace, name, container, previous=previous,
+                            tail=int(tail) if tail is not None and tail.isdigit() else None, follow=follow)
         try:
-            text = self.kubelet.read_log(namespace, name, container, previous)
+            text = await anext(chunks)
         except errors.ApiError as exc:
             return web.Response(status=exc.code, text=exc.message + "\n")
-        if tail is not None and tail.isdigit():
-            lines = text.splitlines(keepends=True)
-            text = b"".join(lines[-int(tail):]) if int(tail) else b""
-        if request.query.get("follow") not in ("true", "1") or previous:
+        if not follow or previous:
             return web.Response(body=text, content_type="text/plain")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
-        await response.write(text)
-        sent = len(self.kubelet.read_log(namespace, name, container))
         try:
-            while True:
-                chunk = self.kubelet.read_log(namespace, name, container, offset=sent)
+            await response.write(text)
+            async for chunk in chunks:
                 if chunk:
                     await response.write(chunk)
-                    sent += len(chunk)
-                if self.kubelet.finished(namespace, name) or self.kubelet.process_exited(namespace, name, container):
-                    chunk = self.kubelet.read_log(namespace, name, container, offset=sent)
-                    if chunk:
-                        await response.write(chunk)
-                    break
-                await asyncio.sleep(LOG_POLL)
-        except (ConnectionResetError, ConnectionError):
+        except ConnectionError:
             return response
+        finally:
+            await chunks.aclose()
         await response.write_eof()
         return response
