@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sim import errors
+from sim import errors, objects
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Source(Protocol):
 
 
 def object_key(obj: dict[str, Any]) -> tuple[str, str]:
-    metadata = obj.get("metadata") or {}
+    metadata = objects.metadata(obj)
     return metadata.get("namespace") or "", metadata.get("name") or ""
 
 
@@ -107,7 +107,7 @@ class Informer:
                 self._dispatch("DELETED", {"metadata": {"namespace": namespace, "name": name}})
         for key, obj in present.items():
             kind = "MODIFIED" if key in self._seen else "ADDED"
-            rv = (obj.get("metadata") or {}).get("resourceVersion") or ""
+            rv = objects.metadata(obj).get("resourceVersion") or ""
             if kind == "MODIFIED" and self._seen[key] == rv:
                 continue
             self._seen[key] = rv
@@ -143,7 +143,7 @@ class Informer:
             if kind == "DELETED":
                 self._seen.pop(key, None)
             else:
-                self._seen[key] = (obj.get("metadata") or {}).get("resourceVersion") or ""
+                self._seen[key] = objects.metadata(obj).get("resourceVersion") or ""
             self._dispatch(kind, obj)
 
     def _dispatch(self, kind: str, obj: dict[str, Any]) -> None:

@@ -172,7 +172,7 @@ def _match_expression(expression: Mapping[str, Any], values: Mapping[str, str]) 
 def matches_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """`spec.nodeSelector` and required node affinity (matchExpressions, matchFields on name)."""
     spec = pod.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    labels = objects.metadata(node).get("labels") or {}
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
@@ -185,7 +185,7 @@ def matches_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     terms = required.get("nodeSelectorTerms") or []
     if not terms:
         return True
-    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
+    fields = {"metadata.name": objects.metadata(node).get("name", "")}
     # Terms are ORed; the expressions of one term are ANDed; an empty term matches nothing.
     for term in terms:
         expressions = term.get("matchExpressions") or []
@@ -336,7 +336,7 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
 
 def pod_group_ref(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(PodGroup resource, name) a pod belongs to, or None for a pod outside any gang."""
-    metadata = pod.get("metadata") or {}
+    metadata = objects.metadata(pod)
     volcano = (metadata.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION)
     if volcano:
         return VOLCANO_PODGROUPS, str(volcano)
@@ -628,7 +628,7 @@ class Scheduler:
                 if usage is not None:
                     usage.assume(request)
             return
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if objects.metadata(pod).get("deletionTimestamp"):
             self._pending.pop(key, None)
             return
         self._pending[key] = pod
@@ -822,7 +822,7 @@ class Scheduler:
         # One merge patch of the status against the version seen (409 if it is stale), rather
         # than a read and an update: most pods are written only once, here.
         body = {
-            "metadata": {"resourceVersion": (pod.get("metadata") or {}).get("resourceVersion")},
+            "metadata": {"resourceVersion": objects.metadata(pod).get("resourceVersion")},
             "status": {"conditions": [*conditions, condition]},
         }
         try:

@@ -22,7 +22,7 @@ import yaml
 from aiohttp import web
 
 from faulting import faults
-from sim import errors
+from sim import errors, objects
 from sim.apiserver import (admitting, applying, decoding, discovery, kubelets, openapi, patching, protobuf, resources,
                            reviewing, tables)
 from sim.apiserver import store as sim_store
@@ -447,7 +447,7 @@ class Server:
                                  str(given.get("name") or "") if isinstance(given, dict) else "")
         if request.query.get("dryRun") == "All":
             probe = dict(body)
-            probe["metadata"] = dict(body.get("metadata") or {})
+            probe["metadata"] = dict(objects.metadata(body))
             if review is not None:
                 return _warned(_json(await review.dry_create(probe), 201), review.warnings)
             return _json(probe, 201)
@@ -779,7 +779,7 @@ class Server:
         new_scale = body if patch_type is None else patching.apply(scale, body, patch_type)
         if not isinstance(new_scale, dict):
             raise errors.bad_request("a Scale must be an object")
-        rv = (new_scale.get("metadata") or {}).get("resourceVersion")
+        rv = objects.metadata(new_scale).get("resourceVersion")
         if rv and rv != obj["metadata"]["resourceVersion"]:
             raise errors.conflict(res.key, route.name)
         replicas = (new_scale.get("spec") or {}).get("replicas", 0)

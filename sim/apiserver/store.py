@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from sim import errors, statuswriting
+from sim import errors, objects, statuswriting
 from sim import settings as sim_settings
 from sim.apiserver import applying, patching, resources, schema, selectors
 
@@ -80,7 +80,7 @@ class WatchEvent:
         """The stored change this event reports (None for synthetic events); lets the server encode once."""
 
     def __repr__(self) -> str:
-        meta = self.object.get("metadata") or {}
+        meta = objects.metadata(self.object)
         return f"WatchEvent({self.type}, {meta.get('namespace', '')}/{meta.get('name', '')}@{meta.get('resourceVersion')})"
 
 
@@ -125,7 +125,7 @@ class Watch:
     def offer(self, change: _Change) -> None:
         """Queue ``change`` if it concerns this watch, turning selector transitions into ADDED / DELETED."""
         obj = change.obj
-        if self.namespace and (obj.get("metadata") or {}).get("namespace") != self.namespace:
+        if self.namespace and objects.metadata(obj).get("namespace") != self.namespace:
             return
         kind = change.type
         if self.selector:
@@ -1106,7 +1106,7 @@ def _is_binding(res: resources.Resource, old: Obj, new: Obj) -> bool:
 
 
 def _owner_uids(obj: Obj) -> set[str]:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    refs = objects.metadata(obj).get("ownerReferences") or ()
     return {r["uid"] for r in refs if isinstance(r, dict) and r.get("uid")}
 
 
@@ -1179,7 +1179,7 @@ def _prepare_job(job: Obj) -> None:
         raise errors.invalid("Job", JOBS, meta["name"], causes)
     if not meta.get("labels"):
         # A Job without labels of its own takes its pods' (generated ones included).
-        labels = (template.get("metadata") or {}).get("labels")
+        labels = objects.metadata(template).get("labels")
         if labels:
             meta["labels"] = dict(labels)
     job["status"] = {}

@@ -27,7 +27,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sim import errors
+from sim import errors, objects
 from sim.node import apis, shelling
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Filesystems:
 
     async def of(self, pod: Mapping[str, Any]) -> PodFiles:
         """The pod's files, built (volumes read from the API server) the first time they are needed."""
-        metadata = pod.get("metadata") or {}
+        metadata = objects.metadata(pod)
         key = (metadata.get("namespace") or "", metadata.get("name") or "")
         files = self._pods.get(key)
         if files is None or files.uid != metadata.get("uid", ""):
@@ -132,7 +132,7 @@ class Filesystems:
     # -- building --
 
     async def _build(self, pod: Mapping[str, Any]) -> PodFiles:
-        metadata = pod.get("metadata") or {}
+        metadata = objects.metadata(pod)
         spec = pod.get("spec") or {}
         namespace = metadata.get("namespace") or ""
         annotations = metadata.get("annotations") or {}

@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sim import errors, listwatching, statuswriting
+from sim import errors, listwatching, objects, statuswriting
 from sim import settings as sim_settings
 from sim.node import apis, execing, nodes, processes, shelling
 
@@ -118,7 +118,7 @@ class Behaviour:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], settings: sim_settings.SimSettings) -> Behaviour:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = objects.metadata(pod).get("annotations") or {}
         duration = settings.pod_duration
         exit_code = settings.pod_exit_code
         fail_times = 0
@@ -621,7 +621,7 @@ class Kubelet:
                     raise
                 # Registered before (an earlier agent on a kept control plane): take this agent's runtime.
                 existing = await self._api.get("nodes", None, node["metadata"]["name"])
-                labels = (existing.get("metadata") or {}).get("labels") or {}
+                labels = objects.metadata(existing).get("labels") or {}
                 if labels.get(nodes.RUNTIME_LABEL) != self._settings.runtime:
                     await self._update_node(node["metadata"]["name"], self._label_runtime, clock)
 
@@ -682,7 +682,7 @@ class Kubelet:
     # -- watch ---------------------------------------------------------
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
-        metadata = node.get("metadata") or {}
+        metadata = objects.metadata(node)
         name = metadata.get("name") or ""
         if kind == "DELETED":
             self._node_runtime.pop(name, None)
@@ -694,7 +694,7 @@ class Kubelet:
             self._node_runtime.pop(name, None)
 
     def _on_service(self, kind: str, service: dict[str, Any]) -> None:
-        metadata = service.get("metadata") or {}
+        metadata = objects.metadata(service)
         namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
         names = self._services.setdefault(namespace, set())
         before = len(names)
@@ -720,7 +720,7 @@ class Kubelet:
             self._refresh_hosts(key[0])
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        metadata = pod.get("metadata") or {}
+        metadata = objects.metadata(pod)
         key = (metadata.get("namespace") or "", metadata.get("name") or "")
         self._track_subdomain(kind, key, pod)
         run = self._runs.get(key)
@@ -941,7 +941,7 @@ class Kubelet:
 
     def _lose(self, run: _Run, clock: str) -> None:
         if run.phase in TERMINAL_PHASES and run.stage == "terminated":
-            if (run.pod.get("metadata") or {}).get("deletionTimestamp"):
+            if objects.metadata(run.pod).get("deletionTimestamp"):
                 run.remove = True
                 self._mark(run)
             return
@@ -956,7 +956,7 @@ class Kubelet:
             message=message,
             exit_message="The container could not be located when the pod was terminated",
         )
-        if (run.pod.get("metadata") or {}).get("deletionTimestamp"):
+        if objects.metadata(run.pod).get("deletionTimestamp"):
             run.remove = True
 
     def _begin_deletion(self, run: _Run, pod: dict[str, Any]) -> None:
@@ -965,7 +965,7 @@ class Kubelet:
             self._cancel(run)
             self._mark(run)
             return
-        grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+        grace = objects.metadata(pod).get("deletionGracePeriodSeconds")
         if grace is None:
             grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
         if run.sandbox is not None:
@@ -1258,7 +1258,7 @@ class Kubelet:
             if self._runs.get(run.key) is not run:
                 return
             clock = timestamp(time.time())
-            metadata = pod.get("metadata") or {}
+            metadata = objects.metadata(pod)
             if metadata.get("uid") != run.uid:
                 return
             if not run.adopted:

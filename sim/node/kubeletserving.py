@@ -37,7 +37,7 @@ from cryptography.x509.oid import NameOID
 
 from multidict import MultiMapping
 
-from sim import errors
+from sim import errors, objects
 from sim.node import execing, shelling, spdying, streaming
 from sim.node import kubelet as sim_kubelet
 
@@ -51,7 +51,7 @@ LOG_POLL = 0.1
 def advertise(node: dict[str, Any], host: str, port: int) -> None:
     """Point the node's status at this server: InternalIP, kubelet port, declared features."""
     status = node.setdefault("status", {})
-    name = (node.get("metadata") or {}).get("name", "")
+    name = objects.metadata(node).get("name", "")
     status["addresses"] = [{"type": "InternalIP", "address": host}, {"type": "Hostname", "address": name}]
     status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": port}}
     status["declaredFeatures"] = list(DECLARED_FEATURES)

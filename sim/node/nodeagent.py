@@ -100,7 +100,7 @@ class ClientApi:
 
     async def create(self, resource: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
-        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        ns = namespace or objects.metadata(obj).get("namespace")
         if resource == "nodes" and self.kubelet_endpoint is not None:
             kubeletserving.advertise(obj, *self.kubelet_endpoint)
             try:
@@ -124,7 +124,7 @@ class ClientApi:
 
     async def update(self, resource: str, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
-        metadata = obj.get("metadata") or {}
+        metadata = objects.metadata(obj)
         path = rt.path(metadata.get("namespace"), metadata["name"], subresource)
         if subresource == "status" and resource == "pods":
             # The kubelet's own way: a merge patch of status, guarded by the resourceVersion seen.

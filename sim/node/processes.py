@@ -62,7 +62,7 @@ import venv
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from sim import errors, quantities
+from sim import errors, objects, quantities
 from sim.node import apis
 
 log = logging.getLogger(__name__)
@@ -127,12 +127,12 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 def hostname(pod: Mapping[str, Any]) -> str:
     """The pod's hostname: ``spec.hostname`` or its name (as the kubelet sets it)."""
     spec = pod.get("spec") or {}
-    return str(spec.get("hostname") or (pod.get("metadata") or {}).get("name") or "")
+    return str(spec.get("hostname") or objects.metadata(pod).get("name") or "")
 
 
 def field_value(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> str:
     """A ``fieldRef`` as the kubelet resolves it; ``StartFailure`` for a path it does not support."""
-    metadata = pod.get("metadata") or {}
+    metadata = objects.metadata(pod)
     spec = pod.get("spec") or {}
     simple = {
         "metadata.name": metadata.get("name"),
@@ -180,7 +180,7 @@ async def container_env(
     pod_ip: str, host_ip: str, allocatable: Mapping[str, Any], lookup: Lookup,
 ) -> dict[str, str]:
     """The environment of one container: ``base`` (the image's part), ``envFrom``, then ``env`` in order."""
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = str(objects.metadata(pod).get("namespace") or "")
     env = dict(base)
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix") or "")
@@ -257,7 +257,7 @@ def hosts_text(machine_hosts: str, pod: Mapping[str, Any], names: Iterable[str])
     lines = [machine_hosts.rstrip("\n"), "", "# kto process runtime: this pod and the cluster's names"]
     spec = pod.get("spec") or {}
     own = hostname(pod)
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = str(objects.metadata(pod).get("namespace") or "")
     if spec.get("subdomain"):
         own = f"{own}.{spec['subdomain']}.{namespace}.svc.cluster.local\t{own}"
     lines.append(f"{POD_IP}\t{own}")
