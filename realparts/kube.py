@@ -3,7 +3,7 @@
 In: a state directory. Out: :class:`ControlPlane`, started with ``async with``;
 ``kubeconfig`` (token auth over TLS, one context), ``url``, and the
 processes (:class:`supervising.processes.Process`), each in a session of its own
-with its output in ``<state-dir>/logs/<name>.log``. Nodes are not part of it: ``sim.nodeagent``
+with its output in ``<state-dir>/logs/<name>.log``. Nodes are not part of it: ``sim.node.nodeagent``
 registers fake GPU nodes against it and runs their pods.
 
 The binaries come from :func:`ensure_binaries`: one ``go build`` of the
@@ -270,7 +270,7 @@ class ControlPlane(lifecycle.Started):
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none",
-            # The node agent serves every fake node's kubelet API on 127.0.0.1 (sim/kubeletserving.py);
+            # The node agent serves every fake node's kubelet API on 127.0.0.1 (sim/node/kubeletserving.py);
             # the nodes' Hostname addresses (sim-node-<i>) do not resolve. No --kubelet-certificate-authority:
             # its self-signed serving certificate is not verified.
             "--kubelet-preferred-address-types=InternalIP",

@@ -17,9 +17,10 @@ import yaml
 
 from faulting import faults
 from shared import lifecycle
-from sim import collecting, jobcontrolling, kubelet, nodes, scheduling, serving
 from sim import settings as sim_settings
-from sim import store as sim_store
+from sim.apiserver import collecting, jobcontrolling, scheduling, serving
+from sim.apiserver import store as sim_store
+from sim.node import kubelet, kubeletserving, nodes
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class Cluster(lifecycle.Started):
         self.server = serving.Server(self.store, self.faults, self.settings.host, self.settings.port)
         self.scheduler = scheduling.Scheduler(self.store, self.settings)
         self.kubelet = kubelet.Kubelet(self.store, self.settings)
-        self.server.kubelet = self.kubelet
+        self.server.kubelet = kubeletserving.LocalKubelet(self.kubelet)
         self.collector = collecting.GarbageCollector(self.store)
         self.job_controller = jobcontrolling.JobController(self.store, self.settings)
         self.admin = Admin(self)

@@ -1,6 +1,7 @@
-"""List+watch of one resource of the in-process store, for the scheduler and the kubelet.
+"""List+watch of one resource of an API server, for the scheduler, the Job controller and the kubelet.
 
-In: a store (sim/store.py contract) and a resource key. Out: calls of a
+In: a :class:`Source` — the in-process store (sim/apiserver/store.py) or the node side's API
+(sim/node/apis.py, over HTTP in the node agent) — and a resource key. Out: calls of a
 synchronous handler `handler(event_type, obj)` with ADDED / MODIFIED /
 DELETED, in resourceVersion order. After a 410 Gone or a watch that ends, it
 lists again and reports the difference against what it had seen (objects
@@ -10,11 +11,12 @@ that vanished meanwhile come as DELETED), as client-go's reflector does.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from sim import errors
+from sim import errors, objects
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +28,50 @@ RETRY_DELAY = 0.2
 """Seconds before listing again after an error other than 410 Gone."""
 
 
+class WatchEvent(Protocol):
+    """One event of a watch: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, with its object."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def object(self) -> dict[str, Any]: ...
+
+
+class Watch(Protocol):
+    """An open watch: events until it ends; ``aclose()`` lets the API server forget it."""
+
+    def __aiter__(self) -> Watch: ...
+
+    async def __anext__(self) -> WatchEvent: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Source(Protocol):
+    """What an informer lists and watches; failures are :class:`sim.errors.ApiError` (410: list again)."""
+
+    async def list(self, resource: str, namespace: str | None = None) -> tuple[builtins.list[dict[str, Any]], str]:
+        """Every object of ``resource`` and the resourceVersion of the list."""
+        ...
+
+    def watch_shared(self, resource: str, resource_version: str) -> Watch:
+        """A watch of every object of ``resource`` after ``resource_version``, with bookmarks. Its objects
+        may be the API server's own (never mutated): the informer's handlers only read them, and a copy of
+        every pod event for each in-process controller would cost more than the event."""
+        ...
+
+
 def object_key(obj: dict[str, Any]) -> tuple[str, str]:
-    metadata = obj.get("metadata") or {}
+    metadata = objects.metadata(obj)
     return metadata.get("namespace") or "", metadata.get("name") or ""
 
 
 class Informer:
     """Keeps `handler` up to date with every object of `resource`; `run()` until cancelled."""
 
-    def __init__(self, store: Any, resource: str, handler: Handler, *, name: str) -> None:
-        self._store = store
+    def __init__(self, source: Source, resource: str, handler: Handler, *, name: str) -> None:
+        self._source = source
         self.resource = resource
         self._handler = handler
         self.name = name
@@ -59,7 +95,7 @@ class Informer:
                 await asyncio.sleep(RETRY_DELAY)
 
     async def _relist(self) -> str:
-        items, version = await self._store.list(self.resource)
+        items, version = await self._source.list(self.resource)
         present = {}
         for obj in items:
             key = object_key(obj)
@@ -71,7 +107,7 @@ class Informer:
                 self._dispatch("DELETED", {"metadata": {"namespace": namespace, "name": name}})
         for key, obj in present.items():
             kind = "MODIFIED" if key in self._seen else "ADDED"
-            rv = (obj.get("metadata") or {}).get("resourceVersion") or ""
+            rv = objects.metadata(obj).get("resourceVersion") or ""
             if kind == "MODIFIED" and self._seen[key] == rv:
                 continue
             self._seen[key] = rv
@@ -80,22 +116,14 @@ class Informer:
         return str(version)
 
     async def _watch(self, version: str) -> None:
-        open_watch = getattr(self._store, "open_watch", None)
-        if open_watch is not None:
-            # The stored objects themselves, not copies: handlers only read them, and a copy of
-            # every pod event for each in-process controller would cost more than the event.
-            watch = open_watch(self.resource, None, version, None, None, True, copies=False)
-        else:
-            watch = self._store.watch(self.resource, resource_version=version, bookmarks=True)
+        watch = self._source.watch_shared(self.resource, version)
         try:
             await self._consume(watch)
         finally:
-            # Shielded: the store must forget the watch even when we are being cancelled twice.
-            aclose = getattr(watch, "aclose", None)
-            if aclose is not None:
-                await asyncio.shield(aclose())
+            # Shielded: the API server must forget the watch even when we are being cancelled twice.
+            await asyncio.shield(watch.aclose())
 
-    async def _consume(self, watch: AsyncIterator[Any]) -> None:
+    async def _consume(self, watch: Watch) -> None:
         task = asyncio.current_task()
         async for event in watch:
             if task is not None and task.cancelling():
@@ -115,7 +143,7 @@ class Informer:
             if kind == "DELETED":
                 self._seen.pop(key, None)
             else:
-                self._seen[key] = (obj.get("metadata") or {}).get("resourceVersion") or ""
+                self._seen[key] = objects.metadata(obj).get("resourceVersion") or ""
             self._dispatch(kind, obj)
 
     def _dispatch(self, kind: str, obj: dict[str, Any]) -> None:

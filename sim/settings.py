@@ -52,7 +52,7 @@ class SimSettings:
 
     runtime: str = "simulated"
     """How the nodes run their pods: ``simulated`` (timers, ``sim.kto.dev/*`` annotations) or ``process``
-    (real local processes, sim/processes.py). Written as each node's ``sim.kto.dev/runtime`` label,
+    (real local processes, sim/node/processes.py). Written as each node's ``sim.kto.dev/runtime`` label,
     which the kubelet reads per node (``kubectl label node … sim.kto.dev/runtime=process`` switches one)."""
 
     pods_dir: pathlib.Path | None = None

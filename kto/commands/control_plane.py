@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     from kto import cli
     from realparts import caching, kube
-    from sim import nodeagent
     from sim import settings as sim_settings
+    from sim.node import nodeagent
 
     if args.nodes < 0 or args.gpus_per_node < 0:
         raise cli.UserError("--nodes and --gpus-per-node must not be negative")

@@ -14,7 +14,7 @@ import yaml
 
 from shared.api import jobs
 from shared.core import admitting, defaulting, families
-from sim import patching
+from sim.apiserver import patching
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOOKS = {hook.name: hook for hook in families.REGISTRY.hooks}

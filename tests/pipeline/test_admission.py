@@ -5,7 +5,7 @@ registers it (ValidatingWebhookConfiguration + MutatingWebhookConfiguration,
 ``clientConfig.url`` with the CA), but with a namespace selector matching the
 test's namespace only, and removed at the end: the real tier is one cluster per
 pytest worker, and other tests create invalid jobs on purpose to see them fail
-in the reconciler. On the sim tier sim/admitting.py calls it; on the kube tier
+in the reconciler. On the sim tier sim/apiserver/admitting.py calls it; on the kube tier
 kube-apiserver does.
 """
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sim import nodes
-from sim.nodeagent import NODES
+from sim.node import nodes
+from sim.node.nodeagent import NODES
 from tests.fixtures.pipeline import Pipeline
 
 

@@ -1,7 +1,7 @@
 """Upstream's `kubeflow-training` SDK, unchanged, against kto on both tiers, call by call.
 
 create (a job object, and a train_func), get, list, wait, logs, update and delete; the pods run as
-local processes (sim/processes.py), so the logs are what the training code printed. With torch
+local processes (sim/node/processes.py), so the logs are what the training code printed. With torch
 installed, `create_job(train_func=..., num_workers=2)` trains a small model with DDP (gloo, CPU)
 across two real worker processes and the loss in their logs falls.
 """

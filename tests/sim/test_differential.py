@@ -46,7 +46,7 @@ import yaml
 
 from sim import cluster as sim_cluster_module
 from sim import settings as sim_settings_module
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
 from tests.fixtures import tiers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -560,7 +560,7 @@ async def test_a_body_nested_past_kube_apiservers_limit_is_refused_alike(
     pair: Pair, method: str, path: str, body: str, ctype: str, query: dict[str, str] | None, expected: Any,
 ) -> None:
     """10,002 levels: past kube-apiserver's limit (10,000 levels of JSON, and of YAML's flow collections
-    below the block mapping at the top) and the sim's (``sim.decoding.MAX_DEPTH``)."""
+    below the block mapping at the top) and the sim's (``sim.apiserver.decoding.MAX_DEPTH``)."""
     sim_out, _ = await pair.run(lambda api, ns: deep_scenario(api, ns, method, path, body, ctype, query))
     assert sim_out == expected
 

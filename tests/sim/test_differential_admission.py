@@ -1,4 +1,4 @@
-"""sim/ held against the real kube-apiserver: admission webhooks (sim/admitting.py).
+"""sim/ held against the real kube-apiserver: admission webhooks (sim/apiserver/admitting.py).
 
 A webhook of the test's own (HTTPS with a CA of its own, answering by path) is
 registered on both servers with the same configurations, scoped to the

@@ -1,5 +1,5 @@
 """``kubectl exec``, ``kubectl logs`` and ``KubeClient.exec`` on both tiers: sim/ and the real kube-apiserver
-(whose exec and log requests go to the node agent's kubelet API, sim/kubeletserving.py).
+(whose exec and log requests go to the node agent's kubelet API, sim/node/kubeletserving.py).
 
 Each test runs on both tiers and asserts the same outcome, so the sim's answers are held against what
 kube-apiserver v1.37 relays from a kubelet.

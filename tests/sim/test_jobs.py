@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sim import cluster as sim_cluster_module
-from sim import jobcontrolling
 from sim import settings as sim_settings_module
+from sim.apiserver import jobcontrolling
 
 Obj = dict[str, Any]
 TIMEOUT = 20.0

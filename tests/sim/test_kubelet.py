@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from sim import errors
 from sim import cluster as sim_cluster_module
-from sim import errors, kubelet
 from sim import settings as sim_settings_module
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
+from sim.node import kubelet
 
 SETTINGS = sim_settings_module.SimSettings(nodes=2, gpus_per_node=2, pod_duration=0.1, startup_delay=0.01)
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from sim import cluster as sim_cluster_module
-from sim import decoding
-from sim import store as sim_store
+from sim.apiserver import decoding
+from sim.apiserver import store as sim_store
 from tests.sim.test_differential import JOB_ENVELOPE, Api, _crds, deep_cases, deep_job, deep_scenario, jobs, nest
 
 LIMIT = decoding.MAX_DEPTH

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sim import nodes, quantities
+from sim import objects, quantities
 from sim import settings as sim_settings
+from sim.node import nodes
 
 
 def test_there_is_one_node_per_setting_named_in_order() -> None:
@@ -34,14 +35,14 @@ def test_a_node_is_labelled_with_its_hostname_and_instance_type() -> None:
 
 def test_a_node_is_ready_with_an_internal_ip() -> None:
     node = nodes.make_nodes(sim_settings.SimSettings(nodes=3))[2]
-    assert nodes.is_ready(node)
-    assert nodes.internal_ip(node) == "10.0.2.1"
+    assert objects.is_ready(node)
+    assert objects.internal_ip(node) == "10.0.2.1"
     assert {"type": "Hostname", "address": "sim-node-2"} in node["status"]["addresses"]
 
 
 def test_node_addresses_are_unique() -> None:
     made = nodes.make_nodes(sim_settings.SimSettings(nodes=600))
-    assert len({nodes.internal_ip(node) for node in made}) == 600
+    assert len({objects.internal_ip(node) for node in made}) == 600
 
 
 def test_a_node_name_gives_back_its_index() -> None:

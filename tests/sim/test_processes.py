@@ -1,4 +1,4 @@
-"""The process runtime: pods of a process node run as real local processes (sim/processes.py).
+"""The process runtime: pods of a process node run as real local processes (sim/node/processes.py).
 
 Their env, args and working directory are the planned ones, their output is what `kubectl logs`
 shows (`-f`, `--previous`), their exit codes are the containers' terminated states, restarts follow
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from sim import nodes, processes
 from sim import settings as sim_settings_module
+from sim.node import nodes, processes
 
 
 @pytest.fixture

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
-from sim import nodes, quantities, scheduling
+from sim import quantities
 from sim import settings as sim_settings
+from sim.apiserver import scheduling
+from sim.node import nodes
 
 SETTINGS = sim_settings.SimSettings(nodes=4, gpus_per_node=8, cpu_per_node="32", memory_per_node="256Gi")
 

@@ -1,10 +1,10 @@
-"""The simulated containers' shell (sim/shelling.py): what a command prints and how it exits."""
+"""The simulated containers' shell (sim/node/shelling.py): what a command prints and how it exits."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim import shelling
+from sim.node import shelling
 
 ATTACH = shelling.SSH_ATTACH
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sim import errors, settings
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
 
 
 def pod(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from sim import errors
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 

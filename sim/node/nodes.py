@@ -19,7 +19,7 @@ MAX_PODS = 110
 """Pods per node, the kubelet default."""
 
 RUNTIME_LABEL = "sim.kto.dev/runtime"
-"""How the node runs its pods: ``simulated`` or ``process`` (sim/processes.py); from ``SimSettings.runtime``."""
+"""How the node runs its pods: ``simulated`` or ``process`` (sim/node/processes.py); from ``SimSettings.runtime``."""
 
 GPU = "nvidia.com/gpu"
 """The extended resource the simulated GPUs are offered as."""
@@ -121,18 +121,3 @@ def node_index(name: str) -> int | None:
     suffix = name[len(NODE_PREFIX) :]
     return int(suffix) if suffix.isdigit() else None
 
-
-def is_ready(node: dict[str, Any]) -> bool:
-    """True when the node's Ready condition is True."""
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
-
-
-def internal_ip(node: dict[str, Any]) -> str | None:
-    """The node's InternalIP address, if it has one."""
-    for address in (node.get("status") or {}).get("addresses") or []:
-        if address.get("type") == "InternalIP":
-            return str(address.get("address"))
-    return None

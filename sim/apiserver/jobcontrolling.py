@@ -40,9 +40,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sim import errors, listwatching
+from sim import errors, listwatching, objects
 from sim import settings as sim_settings
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _epoch(stamp: str | None) -> float | None:
 
 def controller_of(obj: Obj) -> Obj | None:
     """The ownerReference with ``controller: true``, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+    for ref in objects.metadata(obj).get("ownerReferences") or ():
         if isinstance(ref, dict) and ref.get("controller"):
             return ref
     return None
@@ -222,7 +222,7 @@ def pod_from_template(job: Obj) -> Obj:
     """A new pod of ``job``: its template's labels, annotations, finalizers (plus job-tracking) and spec."""
     meta = job["metadata"]
     template = job["spec"].get("template") or {}
-    template_meta = template.get("metadata") or {}
+    template_meta = objects.metadata(template)
     pod_meta: Obj = {"generateName": f"{meta['name']}-"}
     for field in ("labels", "annotations"):
         if template_meta.get(field):
@@ -307,7 +307,7 @@ class JobController:
     # -- events (synchronous: index, then queue) --
 
     def _on_job(self, kind: str, job: Obj) -> None:
-        meta = job.get("metadata") or {}
+        meta = objects.metadata(job)
         key = (meta.get("namespace") or "", meta.get("name") or "")
         if kind == "DELETED":
             self._generations.pop(key, None)
@@ -330,7 +330,7 @@ class JobController:
                     self._enqueue(("orphan", *pod_key))
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
-        meta = pod.get("metadata") or {}
+        meta = objects.metadata(pod)
         key = (meta.get("namespace") or "", meta.get("name") or "")
         previous = self._owners.get(key)
         ref = None if kind == "DELETED" else _job_ref(pod)

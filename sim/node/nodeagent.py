@@ -6,16 +6,17 @@ default pod duration). Out: nodes ``sim-node-<i>`` registered with
 ``nvidia.com/gpu`` capacity, kept Ready by renewing their Leases in
 ``kube-node-lease`` (so kube-controller-manager's node lifecycle controller
 leaves them alone), and the pods the scheduler binds to them run exactly as
-in sim/ (sim/kubelet.py): running for ``sim.kto.dev/duration``, exiting with
+in sim/ (sim/node/kubelet.py): running for ``sim.kto.dev/duration``, exiting with
 ``sim.kto.dev/exit-code``, failing ``sim.kto.dev/fail-times`` times, and
 removed once deleted — or, on nodes labelled ``sim.kto.dev/runtime: process``
-(``SimSettings.runtime``), as real local processes (sim/processes.py). One test
+(``SimSettings.runtime``), as real local processes (sim/node/processes.py). One test
 suite thus drives both tiers.
 
-The kubelet logic talks to a store; :class:`RemoteStore` is that store over
-HTTP, with the API server's errors turned into the sim's. The agent also
+The kubelet is written against :class:`sim.node.apis.NodeApi`; :class:`ClientApi`
+is that API over a KubeClient, raising the protocol's errors (``sim.errors.ApiError``
+with the API server's code) for the client's. The agent also
 serves the kubelet API of all its nodes on one HTTPS port
-(sim/kubeletserving.py: ``kubectl logs`` and ``kubectl exec`` through
+(sim/node/kubeletserving.py: ``kubectl logs`` and ``kubectl exec`` through
 kube-apiserver) and registers the nodes with that endpoint.
 """
 
@@ -25,13 +26,15 @@ import asyncio
 import datetime as dt
 import logging
 import pathlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from shared.kube import clients
 from shared.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, SERVICES, ResourceType
-from sim import errors, kubelet, kubeletserving, nodes, store
+from sim import errors, objects
 from sim import settings as sim_settings
+from sim.node import kubelet, kubeletserving, nodes
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,11 @@ _TYPES: dict[str, ResourceType] = {"pods": PODS, "nodes": NODES, "configmaps": C
                                    "services": SERVICES}
 
 
-def _sim_error(exc: clients.ApiError) -> errors.ApiError:
+T = TypeVar("T")
+
+
+def _protocol_error(exc: clients.ApiError) -> errors.ApiError:
+    """The NodeApi protocol's error for a client's: the same code (503 when the request got no answer)."""
     return errors.ApiError(exc.code or 503, exc.reason, exc.message)
 
 
@@ -56,7 +63,7 @@ class _Event:
 
 
 class _Watch:
-    """An API server watch as the store's watch: async iterator of events with ``aclose``."""
+    """An API server watch as the protocol's (sim/listwatching.py): events, ``aclose``."""
 
     def __init__(self, stream: AsyncIterator[clients.WatchEvent]) -> None:
         self._stream = stream
@@ -68,7 +75,7 @@ class _Watch:
         try:
             event = await self._stream.__anext__()
         except clients.ApiError as exc:
-            raise _sim_error(exc) from exc
+            raise _protocol_error(exc) from exc
         return _Event(event.type, event.object)
 
     async def aclose(self) -> None:
@@ -77,27 +84,27 @@ class _Watch:
             await aclose()
 
 
-class RemoteStore:
-    """The part of sim/store.py's interface the kubelet uses, over a KubeClient."""
+class ClientApi:
+    """:class:`sim.node.apis.NodeApi` over a KubeClient, for any API server."""
 
     def __init__(self, client: clients.KubeClient) -> None:
         self._client = client
         self.kubelet_endpoint: tuple[str, int] | None = None
         """Where the kubelet API is served; nodes registered (or found registered) are pointed there."""
 
-    async def _call(self, call: Callable[[], Any]) -> Any:
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await call()
         except clients.ApiError as exc:
-            raise _sim_error(exc) from exc
+            raise _protocol_error(exc) from exc
 
     async def create(self, resource: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
-        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        ns = namespace or objects.metadata(obj).get("namespace")
         if resource == "nodes" and self.kubelet_endpoint is not None:
             kubeletserving.advertise(obj, *self.kubelet_endpoint)
             try:
-                result: dict[str, Any] = await self._call(lambda: self._client.create(rt, ns, obj))
+                return await self._call(lambda: self._client.create(rt, ns, obj))
             except errors.ApiError as exc:
                 if exc.code == 409:
                     # Registered by an earlier agent: its kubelet endpoint has moved to ours.
@@ -105,38 +112,27 @@ class RemoteStore:
                     await self._call(lambda: self._client.patch(rt, None, obj["metadata"]["name"], {"status": status},
                                                                 subresource="status"))
                 raise
-            return result
-        result = await self._call(lambda: self._client.create(rt, ns, obj))
-        return result
+        return await self._call(lambda: self._client.create(rt, ns, obj))
 
     async def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(lambda: self._client.get(_TYPES[resource], namespace, name))
-        return result
+        return await self._call(lambda: self._client.get(_TYPES[resource], namespace, name))
 
-    async def list(self, resource: str, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
-        result: tuple[list[dict[str, Any]], str] = await self._call(
-            lambda: self._client.list(_TYPES[resource], namespace)
-        )
-        return result
+    async def list(
+        self, resource: str, namespace: str | None = None,
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        return await self._call(lambda: self._client.list(_TYPES[resource], namespace))
 
     async def update(self, resource: str, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
         rt = _TYPES[resource]
-        metadata = obj.get("metadata") or {}
+        metadata = objects.metadata(obj)
         path = rt.path(metadata.get("namespace"), metadata["name"], subresource)
         if subresource == "status" and resource == "pods":
             # The kubelet's own way: a merge patch of status, guarded by the resourceVersion seen.
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": obj.get("status")}
-            result: dict[str, Any] = await self._call(lambda: self._client.request(
+            return await self._call(lambda: self._client.request(
                 "PATCH", path, body=body, content_type="application/merge-patch+json", route="pods/status",
             ))
-            return result
-        result = await self._call(lambda: self._client.request("PUT", path, body=obj, route=rt.plural))
-        return result
-
-    async def change_status(
-        self, resource: str, namespace: str | None, name: str, change: Callable[[dict[str, Any]], bool], attempts: int,
-    ) -> bool:
-        return await store.change_status(self, resource, namespace, name, change, attempts)
+        return await self._call(lambda: self._client.request("PUT", path, body=obj, route=rt.plural))
 
     async def delete(
         self, resource: str, namespace: str | None, name: str, propagation: str = "Background",
@@ -146,12 +142,11 @@ class RemoteStore:
         if preconditions:
             body["preconditions"] = preconditions
         rt = _TYPES[resource]
-        result: dict[str, Any] = await self._call(
+        return await self._call(
             lambda: self._client.request("DELETE", rt.path(namespace, name), body=body, route=rt.plural)
         )
-        return result
 
-    def watch(self, resource: str, resource_version: str | None = None, bookmarks: bool = True) -> _Watch:
+    def watch_shared(self, resource: str, resource_version: str) -> _Watch:
         return _Watch(self._client.watch(_TYPES[resource], None, resource_version).__aiter__())
 
 
@@ -165,13 +160,13 @@ class NodeAgent:
     def __init__(self, client: clients.KubeClient, settings: sim_settings.SimSettings) -> None:
         self._client = client
         self._settings = settings
-        self._store = RemoteStore(client)
-        self.kubelet = kubelet.Kubelet(self._store, settings)
+        self._api = ClientApi(client)
+        self.kubelet = kubelet.Kubelet(self._api, settings)
         self.server = kubeletserving.KubeletServer(self.kubelet)
 
     async def run(self) -> None:
         port = await self.server.start()
-        self._store.kubelet_endpoint = (self.server.host, port)
+        self._api.kubelet_endpoint = (self.server.host, port)
         try:
             await self._run()
         finally:
@@ -227,7 +222,7 @@ async def wait_ready(
                 agent.result()
                 raise RuntimeError("the node agent stopped before its nodes were Ready")
             items, _ = await client.list(NODES)
-            ready = [n for n in items if nodes.node_index(n["metadata"]["name"]) is not None and nodes.is_ready(n)]
+            ready = [n for n in items if nodes.node_index(n["metadata"]["name"]) is not None and objects.is_ready(n)]
             if len(ready) >= count:
                 return
             if loop.time() > deadline:

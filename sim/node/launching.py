@@ -1,4 +1,4 @@
-"""The first program of every process-runtime container (sim/processes.py): run as
+"""The first program of every process-runtime container (sim/node/processes.py): run as
 ``python -I -S launching.py PARENT_PID HOSTS_FILE EXECUTABLE ARG0 ARG…`` with the
 container's environment, it sets up what a container would have and then becomes the
 container's command (``execve``, same pid).

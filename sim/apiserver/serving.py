@@ -22,10 +22,10 @@ import yaml
 from aiohttp import web
 
 from faulting import faults
-from sim import applying, decoding, discovery, errors, execing, openapi, patching, protobuf, resources, reviewing
-from sim import tables
-from sim import store as sim_store
-from sim import admitting
+from sim import errors, objects
+from sim.apiserver import (admitting, applying, decoding, discovery, kubelets, openapi, patching, protobuf, resources,
+                           reviewing, tables)
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,8 @@ class Server:
         self.faults = fault_state
         self.host = host
         self.port = port
-        self.kubelet: Any = None
-        """The simulated kubelet (logs, evict, fail_node) once the cluster has one."""
+        self.kubelet: kubelets.KubeletApi | None = None
+        """The nodes' kubelet API (logs, exec, evict, fail_node) once the cluster has one."""
         self.requests: collections.deque[Obj] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.request_count = 0
         self.openapi = openapi.Documents()
@@ -128,9 +128,9 @@ class Server:
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self.admission = admitting.Admission(store)
-        """The admission webhook plugins (sim/admitting.py)."""
+        """The admission webhook plugins (sim/apiserver/admitting.py)."""
         self.reviews = reviewing.Reviews(store)
-        """Tokens issued, TokenReview and access reviews (sim/reviewing.py)."""
+        """Tokens issued, TokenReview and access reviews (sim/apiserver/reviewing.py)."""
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -389,7 +389,7 @@ class Server:
 
     @staticmethod
     def _out(obj: Obj, route: Route, res: resources.Resource) -> Obj:
-        """The stored object as the requested version of its kind reads it (``sim.store.view``)."""
+        """The stored object as the requested version of its kind reads it (``sim.apiserver.store.view``)."""
         return sim_store.view(res, obj)
 
     # --- verbs ----------------------------------------------------------------------------------------
@@ -401,7 +401,7 @@ class Server:
         if sub == "log" and res.key == "pods":
             return await self._pod_log(request, route)
         if sub == "exec" and res.key == "pods":
-            return await execing.serve(request, self.store._get("pods", route.namespace, route.name), self.kubelet)
+            return await self._exec(request, route)
         if sub == "scale":
             return _json(self._scale(res, self.store._get(res.key, route.namespace, route.name)))
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
@@ -447,7 +447,7 @@ class Server:
                                  str(given.get("name") or "") if isinstance(given, dict) else "")
         if request.query.get("dryRun") == "All":
             probe = dict(body)
-            probe["metadata"] = dict(body.get("metadata") or {})
+            probe["metadata"] = dict(objects.metadata(body))
             if review is not None:
                 return _warned(_json(await review.dry_create(probe), 201), review.warnings)
             return _json(probe, 201)
@@ -665,7 +665,7 @@ class Server:
                                   res: resources.Resource) -> web.StreamResponse:
         assert route.name is not None
         if res.key == "pods" and route.subresource == "exec":
-            return await execing.serve(request, self.store._get("pods", route.namespace, route.name), self.kubelet)
+            return await self._exec(request, route)
         if res.key == "serviceaccounts" and route.subresource == "token":
             body = await self._body(request, "TokenRequest")
             return _json(self.reviews.token_request(route.namespace or "", route.name, body), 201)
@@ -694,7 +694,19 @@ class Server:
         else:
             self.store._delete("pods", namespace, name)
 
+    async def _exec(self, request: web.Request, route: Route) -> web.StreamResponse:
+        """``pods/{name}/exec``: kube-apiserver's checks, then the kubelet's answer (sim/apiserver/kubelets.py)."""
+        assert route.name is not None and route.namespace is not None
+        pod = self.store._get("pods", route.namespace, route.name)
+        container = kubelets.exec_container(pod, request.query.get("container"))
+        kubelets.require_host(pod)
+        if self.kubelet is None:
+            return web.Response(status=404, text="pod does not exist")
+        return await self.kubelet.serve_exec(request, route.namespace, route.name, container,
+                                             kubelets.exec_query(request.query))
+
     async def _pod_log(self, request: web.Request, route: Route) -> web.StreamResponse:
+        """``pods/{name}/log``: kube-apiserver's checks, then the kubelet's log stream relayed as it comes."""
         assert route.name is not None and route.namespace is not None
         pod = self.store._get("pods", route.namespace, route.name)
         query = request.query
@@ -706,42 +718,28 @@ class Server:
             raise errors.bad_request(
                 f"a container name must be specified for pod {route.name}, choose one of: [{' '.join(map(str, names))}]"
             )
-        tail = _int_param(query, "tailLines")
         previous = query.get("previous") in ("true", "1")
-
-        def text(offset: int = 0) -> bytes:
-            if self.kubelet is None:
-                return b""
-            return bytes(self.kubelet.read_log(route.namespace, route.name, container or None, previous, offset))
-
-        content = text()
-        if tail is not None:
-            lines = content.splitlines(keepends=True)
-            content = b"".join(lines[-tail:]) if tail else b""
-        if query.get("follow") not in ("true", "1") or previous:
+        follow = query.get("follow") in ("true", "1") and not previous
+        if self.kubelet is None:
+            return web.Response(body=b"", content_type="text/plain")
+        chunks = self.kubelet.stream_log(route.namespace, route.name, container or None, previous=previous,
+                                         tail=_int_param(query, "tailLines"), follow=follow)
+        content = await anext(chunks)
+        if not follow:
             return web.Response(body=content, content_type="text/plain")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
-        sent = len(text()) if tail is not None else 0
-        if tail is not None:
-            await response.write(content)
         try:
-            while not self._stopping.is_set():
-                chunk = text(sent)
+            await response.write(content)
+            async for chunk in chunks:
                 if chunk:
                     await response.write(chunk)
-                    sent += len(chunk)
-                latest = self.store.peek("pods", route.namespace, route.name)
-                if (latest is None or (latest.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-                        or self.kubelet is not None
-                        and self.kubelet.process_exited(route.namespace, route.name, container or None)):
-                    chunk = text(sent)
-                    if chunk:
-                        await response.write(chunk)
+                if self._stopping.is_set() or self.store.peek("pods", route.namespace, route.name) is None:
                     break
-                await asyncio.sleep(0.1)
-        except ConnectionResetError:
+        except ConnectionError:
             return response
+        finally:
+            await chunks.aclose()
         await response.write_eof()
         return response
 
@@ -781,7 +779,7 @@ class Server:
         new_scale = body if patch_type is None else patching.apply(scale, body, patch_type)
         if not isinstance(new_scale, dict):
             raise errors.bad_request("a Scale must be an object")
-        rv = (new_scale.get("metadata") or {}).get("resourceVersion")
+        rv = objects.metadata(new_scale).get("resourceVersion")
         if rv and rv != obj["metadata"]["resourceVersion"]:
             raise errors.conflict(res.key, route.name)
         replicas = (new_scale.get("spec") or {}).get("replicas", 0)

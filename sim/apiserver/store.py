@@ -30,8 +30,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from sim import applying, errors, patching, resources, schema, selectors
+from sim import errors, objects, statuswriting
 from sim import settings as sim_settings
+from sim.apiserver import applying, patching, resources, schema, selectors
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class WatchEvent:
         """The stored change this event reports (None for synthetic events); lets the server encode once."""
 
     def __repr__(self) -> str:
-        meta = self.object.get("metadata") or {}
+        meta = objects.metadata(self.object)
         return f"WatchEvent({self.type}, {meta.get('namespace', '')}/{meta.get('name', '')}@{meta.get('resourceVersion')})"
 
 
@@ -124,7 +125,7 @@ class Watch:
     def offer(self, change: _Change) -> None:
         """Queue ``change`` if it concerns this watch, turning selector transitions into ADDED / DELETED."""
         obj = change.obj
-        if self.namespace and (obj.get("metadata") or {}).get("namespace") != self.namespace:
+        if self.namespace and objects.metadata(obj).get("namespace") != self.namespace:
             return
         kind = change.type
         if self.selector:
@@ -272,7 +273,7 @@ class Store:
         """Read the object, let ``change`` edit it, write its status subresource; on
         409 read it again and redo. ``change`` returning False means nothing to write.
         False only when every attempt met a conflict; a 404 is raised."""
-        return await change_status(self, resource, namespace, name, change, attempts)
+        return await statuswriting.change_status(self, resource, namespace, name, change, attempts)
 
     async def patch(
         self,
@@ -307,6 +308,10 @@ class Store:
         """Open a watch now; raises ``ApiError`` 410 (Expired) for a resourceVersion older than the window."""
         return self.open_watch(resource, namespace, resource_version, label_selector, field_selector,
                                bookmarks, copies=True)
+
+    def watch_shared(self, resource: str, resource_version: str) -> Watch:
+        """An informer's watch (sim/listwatching.py): every object, bookmarks, the stored objects themselves."""
+        return self.open_watch(resource, None, resource_version, None, None, True, copies=False)
 
     def subscribe(
         self,
@@ -1101,7 +1106,7 @@ def _is_binding(res: resources.Resource, old: Obj, new: Obj) -> bool:
 
 
 def _owner_uids(obj: Obj) -> set[str]:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    refs = objects.metadata(obj).get("ownerReferences") or ()
     return {r["uid"] for r in refs if isinstance(r, dict) and r.get("uid")}
 
 
@@ -1174,7 +1179,7 @@ def _prepare_job(job: Obj) -> None:
         raise errors.invalid("Job", JOBS, meta["name"], causes)
     if not meta.get("labels"):
         # A Job without labels of its own takes its pods' (generated ones included).
-        labels = (template.get("metadata") or {}).get("labels")
+        labels = objects.metadata(template).get("labels")
         if labels:
             meta["labels"] = dict(labels)
     job["status"] = {}
@@ -1255,21 +1260,3 @@ def _crd_status(crd: Obj, previous: Obj | None = None) -> Obj:
         ],
         "storedVersions": versions or [v.get("name") for v in (crd.get("spec") or {}).get("versions") or []][:1],
     }
-
-
-async def change_status(
-    store: Any, resource: str, namespace: str | None, name: str, change: Callable[[Obj], bool], attempts: int,
-) -> bool:
-    """Read-change-write of an object's status through any store with ``get`` and ``update``
-    (this one, or the node agent's over HTTP); on 409 read again and redo."""
-    for _ in range(attempts):
-        obj = await store.get(resource, namespace, name)
-        if not change(obj):
-            return True
-        try:
-            await store.update(resource, obj, subresource="status")
-            return True
-        except errors.ApiError as exc:
-            if exc.code != 409:
-                raise
-    return False

@@ -1,14 +1,15 @@
 """The files of simulated pods, their init containers' commands, and exec into their containers.
 
-In: a pod (as the kubelet runs it) and a store to read its ConfigMap and
-Secret volumes from (sim's Store, or the node agent's RemoteStore over the
-API); an exec's container and argv. Out: per pod a set of
+In: a pod (as the kubelet runs it) and the API server to read its ConfigMap
+and Secret volumes from (sim/node/apis.py: the local cluster's store, or the
+node agent's client of any API server); an exec's container and argv. Out: per pod a set of
 :class:`shelling.Filesystem`s — one root per container, one per volume,
 emptyDirs shared by the containers that mount them — built only for pods that
 are exec'd or whose init containers have commands (thousands of plain pods
 stay free); init containers' results (:class:`InitOutcome`); exec results
-(:class:`shelling.Result`); and the errors kube-apiserver and the kubelet
-answer before an exec starts (:func:`exec_container`, :class:`ExecRefused`).
+(:class:`shelling.Result`); and the kubelet's refusal of an exec before it
+starts (:class:`ExecRefused`). The exec entrance itself, with its streams, is
+sim/node/kubeletserving.py's ``serve_exec``.
 
 Launcher processes for ``ps``: a pod annotated ``sim.kto.dev/ssh-hosts-file:
 <path>`` shows, besides PID 1, one ``ssh -o PasswordAuthentication=no -o
@@ -26,9 +27,8 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aiohttp import web
-
-from sim import errors, shelling, streaming
+from sim import errors, objects
+from sim.node import apis, shelling
 
 log = logging.getLogger(__name__)
 
@@ -74,37 +74,11 @@ def has_init_commands(pod: Mapping[str, Any]) -> bool:
     return any(c.get("command") or c.get("args") for c in (pod.get("spec") or {}).get("initContainers") or [])
 
 
-def exec_container(pod: Mapping[str, Any], container: str | None) -> str:
-    """The container an exec or log request addresses, or kube-apiserver's 400 (``validateContainer``)."""
-    spec = pod.get("spec") or {}
-    name = (pod.get("metadata") or {}).get("name", "")
-    containers = [c.get("name", "") for c in spec.get("containers") or []]
-    every = [c.get("name", "") for key in ("initContainers", "containers", "ephemeralContainers")
-             for c in spec.get(key) or []]
-    if not container:
-        if len(containers) == 1:
-            return str(containers[0])
-        if not containers:
-            raise errors.bad_request(f"a container name must be specified for pod {name}")
-        raise errors.bad_request(
-            f"a container name must be specified for pod {name}, choose one of: [{' '.join(every)}]")
-    if container not in every:
-        raise errors.bad_request(f"container {container} is not valid for pod {name}")
-    return container
-
-
-def require_host(pod: Mapping[str, Any]) -> None:
-    """kube-apiserver's 400 for an exec into a pod not yet scheduled."""
-    if not (pod.get("spec") or {}).get("nodeName"):
-        name = (pod.get("metadata") or {}).get("name", "")
-        raise errors.bad_request(f"pod {name} does not have a host assigned")
-
-
 class Filesystems:
     """The filesystems of the pods one kubelet runs, built on demand."""
 
-    def __init__(self, store: Any) -> None:
-        self._store = store
+    def __init__(self, api: apis.NodeApi) -> None:
+        self._api = api
         self._pods: dict[Key, PodFiles] = {}
 
     def __len__(self) -> int:
@@ -114,8 +88,8 @@ class Filesystems:
         self._pods.pop(key, None)
 
     async def of(self, pod: Mapping[str, Any]) -> PodFiles:
-        """The pod's files, built (volumes read from the store) the first time they are needed."""
-        metadata = pod.get("metadata") or {}
+        """The pod's files, built (volumes read from the API server) the first time they are needed."""
+        metadata = objects.metadata(pod)
         key = (metadata.get("namespace") or "", metadata.get("name") or "")
         files = self._pods.get(key)
         if files is None or files.uid != metadata.get("uid", ""):
@@ -158,7 +132,7 @@ class Filesystems:
     # -- building --
 
     async def _build(self, pod: Mapping[str, Any]) -> PodFiles:
-        metadata = pod.get("metadata") or {}
+        metadata = objects.metadata(pod)
         spec = pod.get("spec") or {}
         namespace = metadata.get("namespace") or ""
         annotations = metadata.get("annotations") or {}
@@ -209,7 +183,7 @@ class Filesystems:
                        source: Mapping[str, Any], mode: int) -> None:
         """The keys of a ConfigMap or Secret as files (``items`` picks keys, paths and modes)."""
         try:
-            obj = await self._store.get(resource, namespace, name)
+            obj = await self._api.get(resource, namespace, name)
         except errors.ApiError as exc:
             if exc.code != 404:
                 raise
@@ -234,43 +208,3 @@ class Filesystems:
             if key in values:
                 fs.write(posixpath.join("/", item.get("path") or key), values[key], int(item.get("mode", mode)))
 
-
-async def serve(request: web.Request, pod: Mapping[str, Any], kubelet: Any) -> web.StreamResponse:
-    """kube-apiserver's ``pods/{name}/exec``: its own checks, then the kubelet's answer."""
-    container = exec_container(pod, request.query.get("container"))
-    require_host(pod)
-    metadata = pod.get("metadata") or {}
-    options = streaming.Options.of(request.query, kubelet=False)
-    return await serve_kubelet(request, kubelet, metadata.get("namespace", ""), metadata.get("name", ""), container,
-                               options)
-
-
-async def serve_kubelet(request: web.Request, kubelet: Any, namespace: str, name: str, container: str,
-                        options: streaming.Options | None = None) -> web.StreamResponse:
-    """The kubelet's ``/exec/{namespace}/{pod}/{container}``: refused before the upgrade (plain text, which
-    kube-apiserver relays as it is), or upgraded to WebSocket or SPDY and run."""
-    from sim import spdying
-
-    if options is None:
-        options = streaming.Options.of(request.query, kubelet=True)
-    if not (options.stdin or options.stdout or options.stderr):
-        return web.Response(status=400, text="you must specify at least 1 of stdin, stdout, stderr")
-    if kubelet is None:
-        return web.Response(status=404, text="pod does not exist")
-    try:
-        kubelet.exec_pod(namespace, name, container)
-    except ExecRefused as exc:
-        return web.Response(status=exc.code, text=exc.text)
-
-    async def run(stdin: bytes) -> shelling.Result:
-        try:
-            result: shelling.Result = await kubelet.exec(namespace, name, container, options.command, stdin)
-        except ExecRefused as exc:
-            return shelling.Result(b"", exc.text.encode() + b"\n", 126)
-        return result
-
-    if streaming.is_websocket(request):
-        return await streaming.serve_websocket(request, options, run)
-    if spdying.is_spdy(request):
-        return await spdying.serve(request, options, run)
-    return web.Response(status=400, text="Upgrade request required")

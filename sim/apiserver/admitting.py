@@ -51,8 +51,9 @@ from typing import Any
 
 import aiohttp
 
-from sim import errors, patching, resources
-from sim import store as sim_store
+from sim import errors
+from sim.apiserver import patching, resources
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 
@@ -525,7 +526,7 @@ class Review:
         raise errors.conflict(res.key, self.request.name)
 
     async def staged(self, stage: Any) -> tuple[Obj, bool]:
-        """Admit and store a patch or an apply: ``stage()`` makes a ``sim.store.Staged`` from the
+        """Admit and store a patch or an apply: ``stage()`` makes a ``sim.apiserver.store.Staged`` from the
         object as stored now; (the stored object, whether it was created)."""
         store, res = self.admission.store, self.request.res
         for _ in range(RACE_ATTEMPTS):

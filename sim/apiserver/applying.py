@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from sim import errors, patching
+from sim import errors, objects
+from sim.apiserver import patching
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]
@@ -96,7 +97,7 @@ def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
 
 
 def _entries(obj: Obj | None) -> list[Obj]:
-    return [dict(e) for e in ((obj or {}).get("metadata") or {}).get("managedFields") or [] if isinstance(e, dict)]
+    return [dict(e) for e in objects.metadata(obj or {}).get("managedFields") or [] if isinstance(e, dict)]
 
 
 def _set_entry(entries: list[Obj], manager: str, operation: str, api_version: str, paths: set[Path],
@@ -150,13 +151,13 @@ def apply(old: Obj | None, config: Obj, manager: str, force: bool, status_subres
     for path in previous - applied - others:
         _delete(new, path)
     body = {k: v for k, v in config.items() if k != "metadata"}
-    meta = dict(new.get("metadata") or {})
+    meta = dict(objects.metadata(new))
     for field in _META_TRACKED:
-        if field in (config.get("metadata") or {}):
+        if field in objects.metadata(config):
             meta[field] = _merge(meta.get(field), config["metadata"][field])
     if old is None:
         for field in ("name", "namespace", "generateName"):
-            if field in (config.get("metadata") or {}):
+            if field in objects.metadata(config):
                 meta[field] = config["metadata"][field]
     merged: Obj = _merge(new, body)
     new = merged
@@ -180,7 +181,7 @@ def record_update(old: Obj | None, new: Obj, manager: str, status_subresource: b
     mine = next((e for e in entries if e.get("manager") == manager and e.get("operation") == "Update"
                  and e.get("subresource") == subresource), None)
     owned = (from_fields_v1(mine.get("fieldsV1")) if mine else set()) | changed
-    meta = new["metadata"] = dict(new.get("metadata") or {})
+    meta = new["metadata"] = dict(objects.metadata(new))
     meta["managedFields"] = _set_entry(entries, manager, "Update", str(new.get("apiVersion")), owned - removed,
                                        subresource)
     if not meta["managedFields"]:

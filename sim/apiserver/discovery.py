@@ -3,7 +3,7 @@
 In: the store's kinds (built-in and registered from CRDs). Out: ``/version``, ``/api``,
 ``/api/v1``, ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>`` (legacy discovery,
 which kubectl falls back to when aggregated discovery is not offered) and the aggregated
-discovery of kubectl 1.26+. The OpenAPI documents are sim/openapi.py's.
+discovery of kubectl 1.26+. The OpenAPI documents are sim/apiserver/openapi.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sim import resources
+from sim.apiserver import resources
 
 Obj = dict[str, Any]
 

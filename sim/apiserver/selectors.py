@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sim import errors
+from sim import errors, objects
 
 Requirement = Callable[[dict[str, Any]], bool]
 
@@ -33,7 +33,7 @@ class Selector:
 
     def matches(self, obj: dict[str, Any]) -> bool:
         if self.labels:
-            lbls = (obj.get("metadata") or {}).get("labels") or {}
+            lbls = objects.metadata(obj).get("labels") or {}
             if not all(r(lbls) for r in self.labels):
                 return False
         return all(r(obj) for r in self.fields)

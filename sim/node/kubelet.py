@@ -2,8 +2,8 @@
 
 In: pods bound (`spec.nodeName`) to a `sim-node-<i>`, through one watch of all
 pods; `fail_node`, `recover_node` and `evict` calls from the admin API or a
-test. Out, through the store's status subresource (resourceVersion checked,
-re-read and retried on 409): each pod's life, and a few deterministic log
+test; all through the API server of sim/node/apis.py. Out, through the status
+subresource (resourceVersion checked, re-read and retried on 409): each pod's life, and a few deterministic log
 lines per pod (`logs`).
 
 A pod's life:
@@ -42,6 +42,13 @@ operator sees the failure and replaces them, as with kube's pod GC of pods
 on lost nodes; pods that are being deleted there are removed. `evict` fails
 one pod with reason `Evicted` and the DisruptionTarget condition, like the
 kubelet's memory-pressure eviction.
+
+How a pod's containers run is its runtime's (sim/node/runtimes.py), chosen
+when the kubelet takes the pod up: `SimulatedRuntime`, the life above; or, on a
+node labelled `sim.kto.dev/runtime: process` and for a pod whose containers
+all have a command, `ProcessRuntime`, each container a local process
+(sim/node/processes.py). The kubelet keeps what is common: the pod's stages,
+init containers, deletion, lost nodes, evictions and every status write.
 """
 
 from __future__ import annotations
@@ -57,11 +64,12 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from sim import errors, execing, listwatching, nodes, processes, shelling
+from sim import errors, listwatching, objects, statuswriting
 from sim import settings as sim_settings
+from sim.node import apis, execing, nodes, processes, runtimes, shelling
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +125,7 @@ class Behaviour:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], settings: sim_settings.SimSettings) -> Behaviour:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = objects.metadata(pod).get("annotations") or {}
         duration = settings.pod_duration
         exit_code = settings.pod_exit_code
         fail_times = 0
@@ -199,7 +207,7 @@ Key = tuple[str, str]
 
 
 @dataclasses.dataclass
-class _Run:
+class Run:
     """What the kubelet knows of one pod it runs; `status()` renders it."""
 
     key: Key
@@ -208,6 +216,8 @@ class _Run:
     host_ip: str
     pod: dict[str, Any]
     behaviour: Behaviour | None
+    runtime: runtimes.Runtime
+    """How its containers run: the simulated lifecycle, or processes once the process runtime takes it up."""
     stage: str = "creating"
     """creating | running | backoff | terminated."""
     phase: str = "Pending"
@@ -236,11 +246,17 @@ class _Run:
     """The init container that failed last (index, exit code), until the init containers all succeed."""
     init_restarts: int = 0
     initialising: bool = False
-    """The init containers' commands are running (sim/execing.py)."""
+    """The init containers' commands are running (sim/node/execing.py)."""
     transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     """Condition type → (status, lastTransitionTime) as last written."""
     sandbox: processes.Pod | None = None
-    """Set when the pod's containers run as local processes (sim/processes.py)."""
+    """Set when the pod's containers run as local processes (sim/node/processes.py)."""
+
+    def cancel_timer(self) -> None:
+        """Drop the step waiting on a timer, if any."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def transition(self, kind: str, status: str, clock: str) -> str:
         """lastTransitionTime of a condition: kept while its status stays."""
@@ -271,8 +287,7 @@ class _Run:
             status["podIPs"] = [{"ip": self.pod_ip}]
         if self.start_time:
             status["startTime"] = self.start_time
-        running = self.stage == "running" if self.sandbox is None else (
-            self.stage == "running" and self.sandbox.all_running())
+        running = self.stage == "running" and self.runtime.ready(self)
         initialized = self.init_done_at is not None or not init_containers
         ready_reason = None
         if self.stage == "terminated":
@@ -319,10 +334,7 @@ class _Run:
         status["conditions"] = conditions
         if init_containers:
             status["initContainerStatuses"] = [self._init_status(i, c) for i, c in enumerate(init_containers)]
-        if self.sandbox is not None:
-            status["containerStatuses"] = [c.status(self.uid) for c in self.sandbox.containers]
-        else:
-            status["containerStatuses"] = [self._container_status(c) for c in containers]
+        status["containerStatuses"] = self.runtime.container_statuses(self)
         return status
 
     def _init_status(self, index: int, container: Mapping[str, Any]) -> dict[str, Any]:
@@ -349,7 +361,8 @@ class _Run:
         entry["started"] = False
         return entry
 
-    def _container_status(self, container: Mapping[str, Any]) -> dict[str, Any]:
+    def container_status(self, container: Mapping[str, Any]) -> dict[str, Any]:
+        """A simulated container's status (one state for all the pod's containers)."""
         name = container.get("name", "")
         entry = _base_status(container)
         entry["restartCount"] = self.restart_count
@@ -390,7 +403,7 @@ class _Run:
         return entry
 
 
-def _failed_init_status(run: _Run, index: int, name: str) -> dict[str, Any]:
+def _failed_init_status(run: Run, index: int, name: str) -> dict[str, Any]:
     """An init container's status once one of them has failed (its index and exit code in run.init_failed)."""
     assert run.init_failed is not None
     failed, code = run.init_failed
@@ -436,30 +449,23 @@ def _base_status(container: Mapping[str, Any]) -> dict[str, Any]:
 class Kubelet:
     """Runs the pods bound to the simulated nodes; `run()` until cancelled."""
 
-    def __init__(self, store: Any, settings: sim_settings.SimSettings) -> None:
-        self._store = store
+    def __init__(self, api: apis.NodeApi, settings: sim_settings.SimSettings) -> None:
+        self._api = api
         self._settings = settings
         self._node_ips = {nodes.node_name(i): nodes.node_ip(i) for i in range(settings.nodes)}
         self._failed_nodes: set[str] = set()
-        self._runs: dict[Key, _Run] = {}
-        self._failures: dict[Key, int] = {}
-        self._ips_used: set[str] = set()
-        self._next_ip: dict[str, int] = {}
+        self._runs: dict[Key, Run] = {}
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
         self._writing: set[Key] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.filesystems = execing.Filesystems(store)
-        """The files of the pods that are exec'd or run init commands (sim/execing.py)."""
+        self.filesystems = execing.Filesystems(api)
+        """The files of the pods that are exec'd or run init commands (sim/node/execing.py)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._node_runtime: dict[str, str] = {}
         """Node → its ``sim.kto.dev/runtime`` label as last seen."""
-        self._services: dict[str, set[str]] = {}
-        """Namespace → its Services' names (the process pods' hosts files)."""
-        self._subdomain_hosts: dict[str, dict[str, tuple[str, str]]] = {}
-        """Namespace → pod name → (hostname, subdomain) of its pods that have a subdomain."""
-        self._own_pods_dir: str | None = None
-        self._machine_hosts = processes.machine_hosts()
+        self._simulated = SimulatedRuntime(self, settings)
+        self._processes = ProcessRuntime(self, api, settings)
 
     # -- public --------------------------------------------------------
 
@@ -468,9 +474,9 @@ class Kubelet:
         self._loop = asyncio.get_running_loop()
         await self._register_nodes()
         informers = [
-            listwatching.Informer(self._store, "nodes", self._on_node, name="sim-kubelet-nodes"),
-            listwatching.Informer(self._store, "services", self._on_service, name="sim-kubelet-services"),
-            listwatching.Informer(self._store, "pods", self._on_pod, name="sim-kubelet-pods"),
+            listwatching.Informer(self._api, "nodes", self._on_node, name="sim-kubelet-nodes"),
+            listwatching.Informer(self._api, "services", self._processes.on_service, name="sim-kubelet-services"),
+            listwatching.Informer(self._api, "pods", self._on_pod, name="sim-kubelet-pods"),
         ]
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -479,7 +485,11 @@ class Kubelet:
                 for index in range(WRITERS):
                     tasks.create_task(self._write_forever(), name=f"sim-kubelet-writer-{index}")
         finally:
-            await asyncio.shield(self._stop_all_processes())
+            await asyncio.shield(self._stop_runtimes())
+
+    async def _stop_runtimes(self) -> None:
+        await self._simulated.stop()
+        await self._processes.stop()
 
     def logs(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> str:
         """The log of a pod the kubelet runs or ran: a simulated pod's lifecycle lines, a process
@@ -494,32 +504,13 @@ class Kubelet:
         run = self._runs.get((namespace, name))
         if run is None:
             return b""
-        if run.sandbox is None:
-            return "".join(line + "\n" for line in run.logs).encode()[offset:]
-        state = run.sandbox.container(container)
-        if state is None:
-            return b""
-        index = state.log_index - 1 if previous else state.log_index
-        if index < 0:
-            if previous:
-                raise errors.bad_request(
-                    f'previous terminated container "{state.name}" in pod "{name}" not found')
-            return b""
-        try:
-            with run.sandbox.dir.log(state.name, index).open("rb") as handle:
-                handle.seek(offset)
-                return handle.read()
-        except FileNotFoundError:
-            return b""
+        return run.runtime.read_log(run, container, previous, offset)
 
     def process_exited(self, namespace: str, name: str, container: str | None = None) -> bool:
         """True when the container runs as a process and the run whose log is read has ended (a follow
         of its log ends there, as ``kubectl logs -f`` does); False for simulated pods."""
         run = self._runs.get((namespace, name))
-        if run is None or run.sandbox is None:
-            return False
-        state = run.sandbox.container(container)
-        return state is None or (state.log_index >= 0 and state.state != "running")
+        return run is not None and run.runtime.exited(run, container)
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as this kubelet last saw it, if it runs (or ran) here."""
@@ -591,7 +582,7 @@ class Kubelet:
                 "lastTransitionTime": clock,
             }
         ]
-        self._terminate(run, 137, "Error", clock, phase="Failed", reason="Evicted", message=message)
+        self.terminate(run, 137, "Error", clock, phase="Failed", reason="Evicted", message=message)
 
     async def _evict_unstarted(self, namespace: str, name: str) -> None:
         """Evict a pod no sim node runs (not bound yet): Failed, reason Evicted; 404 if it does not exist."""
@@ -602,7 +593,7 @@ class Kubelet:
             status.update(phase="Failed", reason="Evicted", message="The pod was evicted before it started.")
             return True
 
-        await self._store.change_status("pods", namespace, name, evict, MAX_CONFLICT_RETRIES)
+        await statuswriting.change_status(self._api, "pods", namespace, name, evict, MAX_CONFLICT_RETRIES)
 
     # -- nodes ---------------------------------------------------------
 
@@ -614,13 +605,13 @@ class Kubelet:
         clock = timestamp(time.time())
         for node in nodes.make_nodes(self._settings, clock):
             try:
-                await self._store.create("nodes", node)
+                await self._api.create("nodes", node)
             except errors.ApiError as exc:
                 if exc.code != 409:
                     raise
                 # Registered before (an earlier agent on a kept control plane): take this agent's runtime.
-                existing = await self._store.get("nodes", None, node["metadata"]["name"])
-                labels = (existing.get("metadata") or {}).get("labels") or {}
+                existing = await self._api.get("nodes", None, node["metadata"]["name"])
+                labels = objects.metadata(existing).get("labels") or {}
                 if labels.get(nodes.RUNTIME_LABEL) != self._settings.runtime:
                     await self._update_node(node["metadata"]["name"], self._label_runtime, clock)
 
@@ -658,21 +649,21 @@ class Kubelet:
                 lastHeartbeatTime=clock,
             )
 
-    async def _update_node(self, name: str, change: Any, clock: str) -> None:
+    async def _update_node(self, name: str, change: Callable[[dict[str, Any], str], None], clock: str) -> None:
         """Apply `change` to the node's spec (main resource) and status (subresource), retrying on 409."""
         for subresource in (None, "status"):
             for _ in range(MAX_CONFLICT_RETRIES):
                 try:
-                    node = await self._store.get("nodes", None, name)
+                    node = await self._api.get("nodes", None, name)
                 except errors.ApiError as exc:
                     if exc.code != 404:
                         raise
                     # Not registered yet (run() just started) or deleted: register it now.
                     index = nodes.node_index(name) or 0
-                    node = await self._store.create("nodes", nodes.make_node(self._settings, index, clock))
+                    node = await self._api.create("nodes", nodes.make_node(self._settings, index, clock))
                 change(node, clock)
                 try:
-                    await self._store.update("nodes", node, subresource=subresource)
+                    await self._api.update("nodes", node, subresource=subresource)
                     break
                 except errors.ApiError as exc:
                     if exc.code != 409:
@@ -681,7 +672,7 @@ class Kubelet:
     # -- watch ---------------------------------------------------------
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
-        metadata = node.get("metadata") or {}
+        metadata = objects.metadata(node)
         name = metadata.get("name") or ""
         if kind == "DELETED":
             self._node_runtime.pop(name, None)
@@ -692,36 +683,10 @@ class Kubelet:
         else:
             self._node_runtime.pop(name, None)
 
-    def _on_service(self, kind: str, service: dict[str, Any]) -> None:
-        metadata = service.get("metadata") or {}
-        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
-        names = self._services.setdefault(namespace, set())
-        before = len(names)
-        if kind == "DELETED":
-            names.discard(name)
-        else:
-            names.add(name)
-        if len(names) != before:
-            self._refresh_hosts(namespace)
-
-    def _track_subdomain(self, kind: str, key: Key, pod: dict[str, Any]) -> None:
-        """Keep the ``hostname.subdomain`` names of the namespace's pods (for process pods' hosts files)."""
-        spec = pod.get("spec") or {}
-        hosts = self._subdomain_hosts.get(key[0])
-        entry = (processes.hostname(pod), str(spec["subdomain"])) if spec.get("subdomain") else None
-        if kind == "DELETED" or entry is None:
-            if hosts is not None and hosts.pop(key[1], None) is not None:
-                self._refresh_hosts(key[0])
-            return
-        hosts = self._subdomain_hosts.setdefault(key[0], {})
-        if hosts.get(key[1]) != entry:
-            hosts[key[1]] = entry
-            self._refresh_hosts(key[0])
-
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        metadata = pod.get("metadata") or {}
+        metadata = objects.metadata(pod)
         key = (metadata.get("namespace") or "", metadata.get("name") or "")
-        self._track_subdomain(kind, key, pod)
+        self._processes.track_subdomain(kind, key, pod)
         run = self._runs.get(key)
         if kind == "DELETED":
             if run is not None:
@@ -742,7 +707,7 @@ class Kubelet:
         if metadata.get("deletionTimestamp") and not run.remove:
             self._begin_deletion(run, pod)
 
-    def _start_run(self, key: Key, pod: dict[str, Any], node: str) -> _Run | None:
+    def _start_run(self, key: Key, pod: dict[str, Any], node: str) -> Run | None:
         metadata = pod["metadata"]
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         try:
@@ -750,7 +715,7 @@ class Kubelet:
         except ValueError as exc:
             behaviour = None
             log.warning("sim kubelet: pod %s/%s: %s", *key, exc)
-        run = _Run(key, metadata.get("uid") or "", node, self._node_ips[node], pod, behaviour)
+        run = Run(key, metadata.get("uid") or "", node, self._node_ips[node], pod, behaviour, self._simulated)
         self._runs[key] = run
         if phase in TERMINAL_PHASES:
             # Finished before the kubelet (re)started: nothing to run.
@@ -763,46 +728,30 @@ class Kubelet:
         if self._node_runtime.get(node, self._settings.runtime) == processes.PROCESS:
             why = processes.unrunnable(pod)
             if why is None:
-                return self._start_process_run(run, clock)
+                self._processes.begin(run, clock)
+                return run
             run.logs.append(f"sim: node {node} runs processes, but {why}: simulated")
-        if behaviour is None:
-            message = f"invalid sim annotation: {self._invalid_reason(pod)}"
-            self._terminate(run, 128, "StartError", clock, phase="Failed", reason="StartError", message=message)
-            return run
-        if phase == "Running":
-            # Running when the kubelet started: take it up from now on.
-            self._start_containers(run)
-            return run
-        run.start_time = clock
-        run.logs.append(f"sim: pod {key[0]}/{key[1]} scheduled to {node}")
-        self._mark(run)
-        self._after(run, self._settings.startup_delay, self._start_containers)
+        self._simulated.begin(run, clock)
         return run
 
-    def _invalid_reason(self, pod: dict[str, Any]) -> str:
-        try:
-            Behaviour.of(pod, self._settings)
-        except ValueError as exc:
-            return str(exc)
-        return ""
-
-    def _forget(self, run: _Run) -> None:
-        self._cancel(run)
+    def _forget(self, run: Run) -> None:
+        run.cancel_timer()
         self._runs.pop(run.key, None)
-        if run.sandbox is not None:
-            self._discard_processes(run.sandbox)
+        run.runtime.discard(run)
         self.filesystems.forget(run.key)
-        if run.pod_ip:
-            self._ips_used.discard(run.pod_ip)
 
     # -- transitions (synchronous: state change, then a write is queued) --
 
-    def _after(self, run: _Run, delay: float, step: Any) -> None:
-        self._cancel(run)
-        loop = self._loop or asyncio.get_running_loop()
-        run.timer = loop.call_later(max(0.0, delay), self._fire, run.key, run.uid, step)
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the kubelet runs in (its timers and tasks)."""
+        return self._loop or asyncio.get_running_loop()
 
-    def _fire(self, key: Key, uid: str, step: Any) -> None:
+    def after(self, run: Run, delay: float, step: Callable[[Run], None]) -> None:
+        """Call ``step(run)`` in ``delay`` seconds, unless the pod's run is replaced or another step set first."""
+        run.cancel_timer()
+        run.timer = self.loop().call_later(max(0.0, delay), self._fire, run.key, run.uid, step)
+
+    def _fire(self, key: Key, uid: str, step: Callable[[Run], None]) -> None:
         run = self._runs.get(key)
         if run is None or run.uid != uid:
             return
@@ -812,48 +761,19 @@ class Kubelet:
         except Exception:
             log.exception("sim kubelet: pod %s/%s: transition failed", *key)
 
-    @staticmethod
-    def _cancel(run: _Run) -> None:
-        if run.timer is not None:
-            run.timer.cancel()
-            run.timer = None
-
-    def _start_containers(self, run: _Run) -> None:
+    def start_containers(self, run: Run) -> None:
+        """Run the init containers' commands if they have any, then start the containers (the pod's runtime)."""
         if run.init_done_at is None and execing.has_init_commands(run.pod):
             if not run.initialising:
                 run.initialising = True
-                loop = self._loop or asyncio.get_running_loop()
-                task = loop.create_task(self._initialise(run), name=f"sim-kubelet-init-{run.key[0]}-{run.key[1]}")
+                task = self.loop().create_task(self._initialise(run),
+                                               name=f"sim-kubelet-init-{run.key[0]}-{run.key[1]}")
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             return
-        if run.sandbox is not None:
-            self._start_processes(run)
-            return
-        clock = timestamp(time.time())
-        behaviour = run.behaviour
-        assert behaviour is not None
-        if run.start_time is None:
-            run.start_time = clock
-        if (run.pod.get("spec") or {}).get("initContainers") and run.init_done_at is None:
-            run.init_done_at = clock
-            for container in run.pod["spec"]["initContainers"]:
-                run.logs.append(f"sim: init container {container.get('name', '')} completed")
-        if run.pod_ip is None:
-            run.pod_ip = self._allocate_ip(run.node)
-        run.stage, run.phase = "running", "Running"
-        run.started_at = clock
-        run.attempt += 1
-        names = ", ".join(c.get("name", "") for c in (run.pod.get("spec") or {}).get("containers") or [])
-        run.logs.append(f"sim: started container(s) {names} (run {run.attempt})")
-        summary = env_summary(run.pod)
-        if summary:
-            run.logs.append(f"sim: env {summary}")
-        self._mark(run)
-        if not behaviour.runs_forever:
-            self._after(run, behaviour.duration, self._exit_containers)
+        run.runtime.start_containers(run)
 
-    async def _initialise(self, run: _Run) -> None:
+    async def _initialise(self, run: Run) -> None:
         """Run the init containers' commands; start the containers, or fail or back off as a kubelet does."""
         start = run.init_failed[0] if run.init_failed else 0
         try:
@@ -866,57 +786,27 @@ class Kubelet:
         if self._runs.get(run.key) is not run or run.stage == "terminated":
             return
         if outcome is None:
-            self._after(run, self._settings.startup_delay, self._start_containers)
+            self.after(run, self._settings.startup_delay, self.start_containers)
             return
         run.logs.extend(outcome.logs)
         if outcome.failed is None:
             run.init_failed = None
             run.init_done_at = timestamp(time.time())
-            self._start_containers(run)
+            self.start_containers(run)
             return
         run.init_failed = outcome.failed
         clock = timestamp(time.time())
         run.finished_at = clock
         if (run.pod.get("spec") or {}).get("restartPolicy") == "Never":
-            self._terminate(run, outcome.failed[1], "Error", clock, phase="Failed")
+            self.terminate(run, outcome.failed[1], "Error", clock, phase="Failed")
             return
         run.init_restarts += 1
-        self._mark(run)
-        self._after(run, self._settings.startup_delay, self._start_containers)
+        self.mark(run)
+        self.after(run, self._settings.startup_delay, self.start_containers)
 
-    def _exit_containers(self, run: _Run) -> None:
-        behaviour = run.behaviour
-        assert behaviour is not None
-        clock = timestamp(time.time())
-        failures = self._failures.get(run.key, 0)
-        code = behaviour.exit_code_after(failures)
-        if code != 0:
-            self._failures[run.key] = failures + 1
-        run.logs.append(f"sim: container(s) exited with code {code}")
-        outcome = after_exit(behaviour.restart_policy, code)
-        if outcome == "restart":
-            run.last_terminated = {
-                "exitCode": code,
-                "reason": termination_reason(code),
-                "startedAt": run.started_at,
-                "finishedAt": clock,
-            }
-            run.restart_count += 1
-            run.stage = "backoff"
-            self._mark(run)
-            self._after(run, self._settings.startup_delay, self._start_containers)
-            return
-        message = None
-        reason = None
-        if outcome == "Failed":
-            names = ", ".join(c.get("name", "") for c in (run.pod.get("spec") or {}).get("containers") or [])
-            reason = "Error"
-            message = f"container(s) {names} exited with code {code}"
-        self._terminate(run, code, termination_reason(code), clock, phase=outcome, reason=reason, message=message)
-
-    def _terminate(
+    def terminate(
         self,
-        run: _Run,
+        run: Run,
         code: int,
         exit_reason: str,
         clock: str,
@@ -926,9 +816,9 @@ class Kubelet:
         message: str | None = None,
         exit_message: str | None = None,
     ) -> None:
-        self._cancel(run)
-        if run.sandbox is not None:
-            self._end_processes(run.sandbox, code, exit_reason, exit_message, clock)
+        """The pod's run ends for good: its runtime ends what still runs, its terminal status is queued."""
+        run.cancel_timer()
+        run.runtime.end(run, code, exit_reason, exit_message, clock)
         run.stage, run.phase = "terminated", phase
         run.exit_code, run.exit_reason, run.exit_message = code, exit_reason, exit_message
         run.finished_at = clock
@@ -936,16 +826,16 @@ class Kubelet:
         run.adopted = False
         if reason:
             run.logs.append(f"sim: pod {phase}: {reason}" + (f": {message.strip()}" if message else ""))
-        self._mark(run)
+        self.mark(run)
 
-    def _lose(self, run: _Run, clock: str) -> None:
+    def _lose(self, run: Run, clock: str) -> None:
         if run.phase in TERMINAL_PHASES and run.stage == "terminated":
-            if (run.pod.get("metadata") or {}).get("deletionTimestamp"):
+            if objects.metadata(run.pod).get("deletionTimestamp"):
                 run.remove = True
-                self._mark(run)
+                self.mark(run)
             return
         message = f"Node {run.node} which was running pod {run.key[1]} is unresponsive"
-        self._terminate(
+        self.terminate(
             run,
             137,
             "ContainerStatusUnknown",
@@ -955,274 +845,28 @@ class Kubelet:
             message=message,
             exit_message="The container could not be located when the pod was terminated",
         )
-        if (run.pod.get("metadata") or {}).get("deletionTimestamp"):
+        if objects.metadata(run.pod).get("deletionTimestamp"):
             run.remove = True
 
-    def _begin_deletion(self, run: _Run, pod: dict[str, Any]) -> None:
+    def _begin_deletion(self, run: Run, pod: dict[str, Any]) -> None:
         run.remove = True
         if run.stage == "terminated" or run.node in self._failed_nodes:
-            self._cancel(run)
-            self._mark(run)
+            run.cancel_timer()
+            self.mark(run)
             return
-        grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+        grace = objects.metadata(pod).get("deletionGracePeriodSeconds")
         if grace is None:
             grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-        if run.sandbox is not None:
-            self._cancel(run)
-            self._spawn(run, self._stop_deleted_processes(run, min(float(grace or 0), processes.MAX_GRACE)),
-                        "stop")
-            return
-        delay = min(float(grace or 0), MAX_TERMINATION_GRACE)
-        self._after(run, delay, self._stop_deleted)
+        run.runtime.delete(run, float(grace or 0))
 
-    def _stop_deleted(self, run: _Run) -> None:
-        clock = timestamp(time.time())
-        run.logs.append("sim: stopping container(s): pod deleted")
-        started = run.started_at is not None and run.stage in ("running", "backoff")
-        code = 143 if started else 0
-        phase = "Succeeded" if run.phase == "Succeeded" else "Failed"
-        self._terminate(run, code, "Error" if code else "Completed", clock, phase=phase)
-
-    # -- the process runtime (sim/processes.py) -------------------------
-
-    def _pods_root(self) -> pathlib.Path:
-        if self._settings.pods_dir is not None:
-            return self._settings.pods_dir
-        if self._own_pods_dir is None:
-            self._own_pods_dir = tempfile.mkdtemp(prefix="kto-pods-")
-        return pathlib.Path(self._own_pods_dir)
-
-    def _start_process_run(self, run: _Run, clock: str) -> _Run:
-        """A pod of a process node whose containers all have a command: run them here."""
-        namespace, name = run.key
-        containers = [processes.Container(str(c.get("name", "")), str(c.get("image", "")))
-                      for c in (run.pod.get("spec") or {}).get("containers") or []]
-        run.sandbox = processes.Pod(processes.PodDir(self._pods_root(), namespace, name, run.uid), containers)
-        run.host_ip = run.pod_ip = processes.POD_IP
-        run.start_time = clock
-        if (run.pod.get("status") or {}).get("phase") == "Running":
-            # Running before this kubelet started: its processes went with the last one.
-            message = "The container could not be located when the node agent restarted"
-            if (run.pod.get("spec") or {}).get("restartPolicy") == "Never":
-                self._terminate(run, 137, "ContainerStatusUnknown", clock, phase="Failed", reason="Error",
-                                message=message, exit_message=message)
-                return run
-            for container in containers:
-                container.restart_count = 1
-        run.logs.append(f"sim: pod {namespace}/{name} scheduled to {run.node} (process runtime)")
-        self._mark(run)
-        self._after(run, self._settings.startup_delay, self._start_containers)
-        return run
-
-    def _start_processes(self, run: _Run) -> None:
-        assert run.sandbox is not None
-        clock = timestamp(time.time())
-        if (run.pod.get("spec") or {}).get("initContainers") and run.init_done_at is None:
-            run.init_done_at = clock
-        run.stage = "running"
-        self._mark(run)
-        for container in run.sandbox.containers:
-            self._spawn(run, self._run_container(run, container), container.name)
-
-    def _spawn(self, run: _Run, work: Any, what: str) -> None:
-        assert run.sandbox is not None
-        loop = self._loop or asyncio.get_running_loop()
-        task: asyncio.Task[None] = loop.create_task(work, name=f"sim-kubelet-process-{run.key[0]}-{run.key[1]}-{what}")
-        run.sandbox.tasks.add(task)
-        self._tasks.add(task)
-        task.add_done_callback(run.sandbox.tasks.discard)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(self._report_crash)
-
-    @staticmethod
-    def _report_crash(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("sim kubelet: %s failed", task.get_name(), exc_info=task.exception())
-
-    def _current(self, run: _Run) -> bool:
+    def current(self, run: Run) -> bool:
+        """True while ``run`` is the pod's run here and has not terminated."""
         return self._runs.get(run.key) is run and run.stage != "terminated"
-
-    async def _run_container(self, run: _Run, container: processes.Container) -> None:
-        """One container's life: start, wait for the exit, restart per restartPolicy with back-off."""
-        spec = next(c for c in run.pod["spec"]["containers"] if c.get("name", "") == container.name)
-        policy = (run.pod.get("spec") or {}).get("restartPolicy") or "Always"
-        while self._current(run) and not run.remove:
-            container.log_index = container.restart_count
-            container.attempts += 1
-            try:
-                process = await self._launch(run, spec, container)
-            except processes.StartFailure as failure:
-                if not self._current(run):
-                    return
-                if failure.reason != "StartError":
-                    container.state, container.reason, container.message = "waiting", failure.reason, failure.message
-                    container.attempts -= 1
-                    self._mark(run)
-                    await asyncio.sleep(CONFIG_RETRY)
-                    continue
-                container.state, container.reason, container.message = "terminated", failure.reason, failure.message
-                container.exit_code, container.started_at = processes.START_ERROR_CODE, None
-            else:
-                container.process = process
-                container.state, container.reason, container.message = "running", "", None
-                container.started_at = timestamp(time.time())
-                run.phase = "Running"
-                self._mark(run)
-                returncode = await process.wait()
-                container.process = None
-                code = processes.exit_code(returncode)
-                container.state, container.exit_code, container.message = "terminated", code, None
-                container.reason = termination_reason(code)
-            container.finished_at = timestamp(time.time())
-            if not self._current(run):
-                return
-            code = container.exit_code or 0
-            if run.remove or after_exit(policy, code) != "restart":
-                container.done = True
-                self._mark(run)
-                self._settle_processes(run)
-                return
-            container.last_terminated = dict(container.terminated(), containerID=processes.container_id(
-                run.uid, container.name, container.attempts - 1))
-            container.restart_count += 1
-            delay = processes.backoff(container.restart_count, self._settings.crash_backoff)
-            container.state, container.reason = "waiting", "CrashLoopBackOff"
-            container.message = (f"back-off {delay:g}s restarting failed container={container.name} "
-                                 f"pod={run.key[1]}_{run.key[0]}({run.uid})")
-            if run.phase == "Pending":
-                run.phase = "Running"
-            self._mark(run)
-            await asyncio.sleep(delay)
-
-    async def _launch(self, run: _Run, spec: dict[str, Any], container: processes.Container) -> Any:
-        """Resolve the container's env, command and directory, write the hosts file, start the process."""
-        assert run.sandbox is not None
-        directory = run.sandbox.dir
-        try:
-            await directory.prepare()
-            allocatable = {"cpu": self._settings.cpu_per_node, "memory": self._settings.memory_per_node,
-                           "ephemeral-storage": "1Ti"}
-
-            async def lookup(kind: str, namespace: str, name: str) -> dict[str, str] | None:
-                try:
-                    return await processes.lookup_in(self._store, kind, namespace, name)
-                except errors.ApiError as exc:
-                    raise processes.StartFailure("CreateContainerConfigError", f"reading {kind} {name}: {exc}")
-
-            env = await processes.container_env(run.pod, spec, directory.base_env(run.pod), pod_ip=processes.POD_IP,
-                                                host_ip=processes.POD_IP, allocatable=allocatable, lookup=lookup)
-            argv = processes.argv_of(spec, env)
-            cwd = pathlib.Path(spec["workingDir"]) if spec.get("workingDir") else directory.work
-            if not cwd.is_dir():
-                raise processes.StartFailure(
-                    "StartError", f'chdir to cwd ("{cwd}") set in config.json failed: no such file or directory')
-            executable = processes.find_executable(argv[0], env.get("PATH", os.defpath), cwd)
-            self._write_hosts(run)
-            return await processes.launch(argv, executable, env, cwd, directory.hosts,
-                                          directory.log(container.name, container.log_index))
-        except OSError as exc:
-            raise processes.StartFailure("StartError", f"starting container {container.name}: {exc}") from exc
-
-    def _settle_processes(self, run: _Run) -> None:
-        """Once every container is done for good: the pod's phase, from their exit codes."""
-        assert run.sandbox is not None
-        if not run.sandbox.settled() or not self._current(run):
-            return
-        clock = timestamp(time.time())
-        failed = [c for c in run.sandbox.containers if (c.exit_code or 0) != 0]
-        if not failed:
-            self._terminate(run, 0, "Completed", clock, phase="Succeeded")
-            return
-        first = failed[0]
-        if first.reason == "StartError":
-            self._terminate(run, first.exit_code or 0, first.reason, clock, phase="Failed", reason="StartError",
-                            message=f"container {first.name}: {first.message}")
-            return
-        names = ", ".join(c.name for c in failed)
-        self._terminate(run, first.exit_code or 0, "Error", clock, phase="Failed", reason="Error",
-                        message=f"container(s) {names} exited with code {first.exit_code}")
-
-    def _end_processes(self, sandbox: processes.Pod, code: int, reason: str, message: str | None,
-                       clock: str) -> None:
-        """The pod ends from outside (eviction, a lost node): its containers still going end with it."""
-        for container in sandbox.containers:
-            processes.signal_tree(container.process, signal.SIGKILL)
-            if container.done:
-                continue
-            container.done = True
-            if container.state != "terminated":
-                container.state, container.exit_code, container.reason = "terminated", code, reason
-                container.message, container.finished_at = message, clock
-
-    async def _stop_deleted_processes(self, run: _Run, grace: float) -> None:
-        """A deleted process pod: SIGTERM, the grace period, SIGKILL; then its final status is written."""
-        assert run.sandbox is not None
-        await processes.stop(run.sandbox.processes, grace)
-        await asyncio.sleep(0)  # let the containers' own tasks record their exits first
-        clock = timestamp(time.time())
-        for container in run.sandbox.containers:
-            if not container.done and container.process is None:
-                container.done = True
-                if container.state != "terminated":
-                    container.state, container.exit_code, container.reason = "terminated", 0, "Completed"
-                    container.finished_at = clock
-        self._settle_processes(run)
-
-    def _discard_processes(self, sandbox: processes.Pod) -> None:
-        """A pod gone from the API: kill what still runs, drop its tasks and directory."""
-        for container in sandbox.containers:
-            processes.signal_tree(container.process, signal.SIGKILL)
-        for task in list(sandbox.tasks):
-            task.cancel()
-
-        async def remove() -> None:
-            await processes.stop(sandbox.processes, 0)
-            await asyncio.to_thread(sandbox.dir.remove)
-
-        loop = self._loop or asyncio.get_running_loop()
-        task = loop.create_task(remove(), name=f"sim-kubelet-remove-{sandbox.dir.path.name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _write_hosts(self, run: _Run) -> None:
-        assert run.sandbox is not None
-        namespace = run.key[0]
-        names = processes.cluster_names(namespace, self._services.get(namespace, ()),
-                                        self._subdomain_hosts.get(namespace, {}).values())
-        run.sandbox.dir.write_hosts(processes.hosts_text(self._machine_hosts, run.pod, names))
-
-    def _refresh_hosts(self, namespace: str) -> None:
-        """The namespace's names changed: rewrite the hosts files of its running process pods."""
-        for run in self._runs.values():
-            if run.key[0] == namespace and run.sandbox is not None and run.stage == "running":
-                try:
-                    self._write_hosts(run)
-                except OSError as exc:
-                    log.warning("sim kubelet: pod %s/%s: writing its hosts file failed: %s", *run.key, exc)
-
-    async def _stop_all_processes(self) -> None:
-        """The kubelet stops: every process pod's processes are stopped (SIGTERM, 2 s, SIGKILL)."""
-        running = [p for run in self._runs.values() if run.sandbox is not None for p in run.sandbox.processes]
-        await processes.stop(running, 2.0)
-        if self._own_pods_dir is not None:
-            await asyncio.to_thread(shutil.rmtree, self._own_pods_dir, True)
-            self._own_pods_dir = None
-
-    def _allocate_ip(self, node: str) -> str:
-        index = nodes.node_index(node) or 0
-        counter = self._next_ip.get(node, 0)
-        for _ in range(254 * 256):
-            ip = f"10.{index + 1}.{counter // 254 % 256}.{counter % 254 + 1}"
-            counter += 1
-            if ip not in self._ips_used:
-                self._next_ip[node] = counter
-                self._ips_used.add(ip)
-                return ip
-        raise RuntimeError(f"node {node} has no pod IP address left")
 
     # -- writes --------------------------------------------------------
 
-    def _mark(self, run: _Run) -> None:
+    def mark(self, run: Run) -> None:
+        """Queue a write of the run's status."""
         run.dirty = True
         if run.key not in self._queued:
             self._queued.add(run.key)
@@ -1249,7 +893,7 @@ class Kubelet:
                 self._queued.add(key)
                 self._queue.put_nowait(key)
 
-    async def _write(self, run: _Run) -> None:
+    async def _write(self, run: Run) -> None:
         """Write the run's status with the last resourceVersion seen; on 409 re-read and retry."""
         namespace, name = run.key
         pod = run.pod
@@ -1257,7 +901,7 @@ class Kubelet:
             if self._runs.get(run.key) is not run:
                 return
             clock = timestamp(time.time())
-            metadata = pod.get("metadata") or {}
+            metadata = objects.metadata(pod)
             if metadata.get("uid") != run.uid:
                 return
             if not run.adopted:
@@ -1272,14 +916,14 @@ class Kubelet:
                     "status": run.status(pod.get("status") or {}, clock),
                 }
                 try:
-                    pod = await self._store.update("pods", body, subresource="status")
+                    pod = await self._api.update("pods", body, subresource="status")
                 except errors.ApiError as exc:
                     if exc.code == 404:
                         return
                     if exc.code != 409:
                         raise
                     try:
-                        pod = await self._store.get("pods", namespace, name)
+                        pod = await self._api.get("pods", namespace, name)
                     except errors.ApiError as again:
                         if again.code == 404:
                             return
@@ -1288,7 +932,7 @@ class Kubelet:
                 run.pod = pod
             if run.remove and run.stage == "terminated":
                 try:
-                    await self._store.delete(
+                    await self._api.delete(
                         "pods", namespace, name, preconditions={"uid": run.uid}
                     )
                 except errors.ApiError as exc:
@@ -1296,3 +940,451 @@ class Kubelet:
                         raise
             return
         log.warning("sim kubelet: gave up writing pod %s/%s after %d conflicts", namespace, name, MAX_CONFLICT_RETRIES)
+
+
+# --------------------------------------------------------------------------
+# The two runtimes (sim/node/runtimes.py)
+# --------------------------------------------------------------------------
+
+
+class SimulatedRuntime:
+    """The scripted lifecycle: no process; the containers run for the pod's :class:`Behaviour` and exit with
+    its exit code; the log is the kubelet's own lines; pod IPs ``10.<i+1>.x.y`` from the node's range."""
+
+    def __init__(self, kubelet: Kubelet, settings: sim_settings.SimSettings) -> None:
+        self._kubelet = kubelet
+        self._settings = settings
+        self._failures: dict[Key, int] = {}
+        """Failed runs per namespace/name, across the pod's incarnations (``sim.kto.dev/fail-times``)."""
+        self._ips_used: set[str] = set()
+        self._next_ip: dict[str, int] = {}
+
+    def begin(self, run: Run, clock: str) -> None:
+        if run.behaviour is None:
+            message = f"invalid sim annotation: {self._invalid_reason(run.pod)}"
+            self._kubelet.terminate(run, 128, "StartError", clock, phase="Failed", reason="StartError",
+                                    message=message)
+            return
+        if (run.pod.get("status") or {}).get("phase") == "Running":
+            # Running when the kubelet started: take it up from now on.
+            self._kubelet.start_containers(run)
+            return
+        run.start_time = clock
+        run.logs.append(f"sim: pod {run.key[0]}/{run.key[1]} scheduled to {run.node}")
+        self._kubelet.mark(run)
+        self._kubelet.after(run, self._settings.startup_delay, self._kubelet.start_containers)
+
+    def _invalid_reason(self, pod: dict[str, Any]) -> str:
+        try:
+            Behaviour.of(pod, self._settings)
+        except ValueError as exc:
+            return str(exc)
+        return ""
+
+    def start_containers(self, run: Run) -> None:
+        clock = timestamp(time.time())
+        behaviour = run.behaviour
+        assert behaviour is not None
+        if run.start_time is None:
+            run.start_time = clock
+        if (run.pod.get("spec") or {}).get("initContainers") and run.init_done_at is None:
+            run.init_done_at = clock
+            for container in run.pod["spec"]["initContainers"]:
+                run.logs.append(f"sim: init container {container.get('name', '')} completed")
+        if run.pod_ip is None:
+            run.pod_ip = self._allocate_ip(run.node)
+        run.stage, run.phase = "running", "Running"
+        run.started_at = clock
+        run.attempt += 1
+        names = ", ".join(c.get("name", "") for c in (run.pod.get("spec") or {}).get("containers") or [])
+        run.logs.append(f"sim: started container(s) {names} (run {run.attempt})")
+        summary = env_summary(run.pod)
+        if summary:
+            run.logs.append(f"sim: env {summary}")
+        self._kubelet.mark(run)
+        if not behaviour.runs_forever:
+            self._kubelet.after(run, behaviour.duration, self._exit)
+
+    def _exit(self, run: Run) -> None:
+        behaviour = run.behaviour
+        assert behaviour is not None
+        clock = timestamp(time.time())
+        failures = self._failures.get(run.key, 0)
+        code = behaviour.exit_code_after(failures)
+        if code != 0:
+            self._failures[run.key] = failures + 1
+        run.logs.append(f"sim: container(s) exited with code {code}")
+        outcome = after_exit(behaviour.restart_policy, code)
+        if outcome == "restart":
+            run.last_terminated = {
+                "exitCode": code,
+                "reason": termination_reason(code),
+                "startedAt": run.started_at,
+                "finishedAt": clock,
+            }
+            run.restart_count += 1
+            run.stage = "backoff"
+            self._kubelet.mark(run)
+            self._kubelet.after(run, self._settings.startup_delay, self._kubelet.start_containers)
+            return
+        message = None
+        reason = None
+        if outcome == "Failed":
+            names = ", ".join(c.get("name", "") for c in (run.pod.get("spec") or {}).get("containers") or [])
+            reason = "Error"
+            message = f"container(s) {names} exited with code {code}"
+        self._kubelet.terminate(run, code, termination_reason(code), clock, phase=outcome, reason=reason,
+                                message=message)
+
+    def ready(self, run: Run) -> bool:
+        return True
+
+    def container_statuses(self, run: Run) -> list[dict[str, Any]]:
+        return [run.container_status(c) for c in (run.pod.get("spec") or {}).get("containers") or []]
+
+    def read_log(self, run: Run, container: str | None, previous: bool, offset: int) -> bytes:
+        """One log for all the pod's containers (``previous`` changes nothing)."""
+        return "".join(line + "\n" for line in run.logs).encode()[offset:]
+
+    def exited(self, run: Run, container: str | None) -> bool:
+        return False
+
+    def end(self, run: Run, code: int, exit_reason: str, exit_message: str | None, clock: str) -> None:
+        """Nothing runs: the kubelet's terminal status is all there is."""
+
+    def delete(self, run: Run, grace: float) -> None:
+        self._kubelet.after(run, min(grace, MAX_TERMINATION_GRACE), self._stop_deleted)
+
+    def _stop_deleted(self, run: Run) -> None:
+        clock = timestamp(time.time())
+        run.logs.append("sim: stopping container(s): pod deleted")
+        started = run.started_at is not None and run.stage in ("running", "backoff")
+        code = 143 if started else 0
+        phase = "Succeeded" if run.phase == "Succeeded" else "Failed"
+        self._kubelet.terminate(run, code, "Error" if code else "Completed", clock, phase=phase)
+
+    def discard(self, run: Run) -> None:
+        if run.pod_ip:
+            self._ips_used.discard(run.pod_ip)
+
+    async def stop(self) -> None:
+        """Nothing runs."""
+
+    def _allocate_ip(self, node: str) -> str:
+        index = nodes.node_index(node) or 0
+        counter = self._next_ip.get(node, 0)
+        for _ in range(254 * 256):
+            ip = f"10.{index + 1}.{counter // 254 % 256}.{counter % 254 + 1}"
+            counter += 1
+            if ip not in self._ips_used:
+                self._next_ip[node] = counter
+                self._ips_used.add(ip)
+                return ip
+        raise RuntimeError(f"node {node} has no pod IP address left")
+
+
+class ProcessRuntime:
+    """Each container a local process (sim/node/processes.py): started through the launcher, its output the
+    log (one file per run), its exit code the container's; restarts with back-off per ``restartPolicy``."""
+
+    def __init__(self, kubelet: Kubelet, api: apis.NodeApi, settings: sim_settings.SimSettings) -> None:
+        self._kubelet = kubelet
+        self._api = api
+        self._settings = settings
+        self._runs: dict[Key, Run] = {}
+        """The pods this runtime took up and that are not gone from the API yet."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._services: dict[str, set[str]] = {}
+        """Namespace → its Services' names (the process pods' hosts files)."""
+        self._subdomain_hosts: dict[str, dict[str, tuple[str, str]]] = {}
+        """Namespace → pod name → (hostname, subdomain) of its pods that have a subdomain."""
+        self._own_pods_dir: str | None = None
+        self._machine_hosts = processes.machine_hosts()
+
+    def begin(self, run: Run, clock: str) -> None:
+        """A pod of a process node whose containers all have a command: run them here."""
+        namespace, name = run.key
+        containers = [processes.Container(str(c.get("name", "")), str(c.get("image", "")))
+                      for c in (run.pod.get("spec") or {}).get("containers") or []]
+        run.sandbox = processes.Pod(processes.PodDir(self._pods_root(), namespace, name, run.uid), containers)
+        run.runtime = self
+        self._runs[run.key] = run
+        run.host_ip = run.pod_ip = processes.POD_IP
+        run.start_time = clock
+        if (run.pod.get("status") or {}).get("phase") == "Running":
+            # Running before this kubelet started: its processes went with the last one.
+            message = "The container could not be located when the node agent restarted"
+            if (run.pod.get("spec") or {}).get("restartPolicy") == "Never":
+                self._kubelet.terminate(run, 137, "ContainerStatusUnknown", clock, phase="Failed", reason="Error",
+                                        message=message, exit_message=message)
+                return
+            for container in containers:
+                container.restart_count = 1
+        run.logs.append(f"sim: pod {namespace}/{name} scheduled to {run.node} (process runtime)")
+        self._kubelet.mark(run)
+        self._kubelet.after(run, self._settings.startup_delay, self._kubelet.start_containers)
+
+    def start_containers(self, run: Run) -> None:
+        assert run.sandbox is not None
+        clock = timestamp(time.time())
+        if (run.pod.get("spec") or {}).get("initContainers") and run.init_done_at is None:
+            run.init_done_at = clock
+        run.stage = "running"
+        self._kubelet.mark(run)
+        for container in run.sandbox.containers:
+            self._spawn(run, self._run_container(run, container), container.name)
+
+    def ready(self, run: Run) -> bool:
+        assert run.sandbox is not None
+        return run.sandbox.all_running()
+
+    def container_statuses(self, run: Run) -> list[dict[str, Any]]:
+        assert run.sandbox is not None
+        return [c.status(run.uid) for c in run.sandbox.containers]
+
+    def read_log(self, run: Run, container: str | None, previous: bool, offset: int) -> bytes:
+        """One log per container and run; ``previous``, the one before the latest (400 when it has none, as
+        the kubelet answers)."""
+        assert run.sandbox is not None
+        state = run.sandbox.container(container)
+        if state is None:
+            return b""
+        index = state.log_index - 1 if previous else state.log_index
+        if index < 0:
+            if previous:
+                raise errors.bad_request(
+                    f'previous terminated container "{state.name}" in pod "{run.key[1]}" not found')
+            return b""
+        try:
+            with run.sandbox.dir.log(state.name, index).open("rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""
+
+    def exited(self, run: Run, container: str | None) -> bool:
+        assert run.sandbox is not None
+        state = run.sandbox.container(container)
+        return state is None or (state.log_index >= 0 and state.state != "running")
+
+    def end(self, run: Run, code: int, exit_reason: str, exit_message: str | None, clock: str) -> None:
+        """The pod ends (settled, evicted, its node lost): its containers still going end with it."""
+        assert run.sandbox is not None
+        for container in run.sandbox.containers:
+            processes.signal_tree(container.process, signal.SIGKILL)
+            if container.done:
+                continue
+            container.done = True
+            if container.state != "terminated":
+                container.state, container.exit_code, container.reason = "terminated", code, exit_reason
+                container.message, container.finished_at = exit_message, clock
+
+    def delete(self, run: Run, grace: float) -> None:
+        run.cancel_timer()
+        self._spawn(run, self._stop_deleted_processes(run, min(grace, processes.MAX_GRACE)), "stop")
+
+    def discard(self, run: Run) -> None:
+        """A pod gone from the API: kill what still runs, drop its tasks and directory."""
+        if self._runs.get(run.key) is run:
+            del self._runs[run.key]
+        sandbox = run.sandbox
+        assert sandbox is not None
+        for container in sandbox.containers:
+            processes.signal_tree(container.process, signal.SIGKILL)
+        for task in list(sandbox.tasks):
+            task.cancel()
+
+        async def remove() -> None:
+            await processes.stop(sandbox.processes, 0)
+            await asyncio.to_thread(sandbox.dir.remove)
+
+        loop = self._kubelet.loop()
+        task = loop.create_task(remove(), name=f"sim-kubelet-remove-{sandbox.dir.path.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        """The kubelet stops: every process pod's processes are stopped (SIGTERM, 2 s, SIGKILL)."""
+        running = [p for run in self._runs.values() if run.sandbox is not None for p in run.sandbox.processes]
+        await processes.stop(running, 2.0)
+        if self._own_pods_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, self._own_pods_dir, True)
+            self._own_pods_dir = None
+
+    def on_service(self, kind: str, service: dict[str, Any]) -> None:
+        metadata = objects.metadata(service)
+        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+        names = self._services.setdefault(namespace, set())
+        before = len(names)
+        if kind == "DELETED":
+            names.discard(name)
+        else:
+            names.add(name)
+        if len(names) != before:
+            self._refresh_hosts(namespace)
+
+    def track_subdomain(self, kind: str, key: Key, pod: dict[str, Any]) -> None:
+        """Keep the ``hostname.subdomain`` names of the namespace's pods (for process pods' hosts files)."""
+        spec = pod.get("spec") or {}
+        hosts = self._subdomain_hosts.get(key[0])
+        entry = (processes.hostname(pod), str(spec["subdomain"])) if spec.get("subdomain") else None
+        if kind == "DELETED" or entry is None:
+            if hosts is not None and hosts.pop(key[1], None) is not None:
+                self._refresh_hosts(key[0])
+            return
+        hosts = self._subdomain_hosts.setdefault(key[0], {})
+        if hosts.get(key[1]) != entry:
+            hosts[key[1]] = entry
+            self._refresh_hosts(key[0])
+
+    def _pods_root(self) -> pathlib.Path:
+        if self._settings.pods_dir is not None:
+            return self._settings.pods_dir
+        if self._own_pods_dir is None:
+            self._own_pods_dir = tempfile.mkdtemp(prefix="kto-pods-")
+        return pathlib.Path(self._own_pods_dir)
+
+    def _spawn(self, run: Run, work: Coroutine[Any, Any, None], what: str) -> None:
+        assert run.sandbox is not None
+        loop = self._kubelet.loop()
+        task: asyncio.Task[None] = loop.create_task(work, name=f"sim-kubelet-process-{run.key[0]}-{run.key[1]}-{what}")
+        run.sandbox.tasks.add(task)
+        self._tasks.add(task)
+        task.add_done_callback(run.sandbox.tasks.discard)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._report_crash)
+
+    @staticmethod
+    def _report_crash(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sim kubelet: %s failed", task.get_name(), exc_info=task.exception())
+
+    async def _run_container(self, run: Run, container: processes.Container) -> None:
+        """One container's life: start, wait for the exit, restart per restartPolicy with back-off."""
+        spec = next(c for c in run.pod["spec"]["containers"] if c.get("name", "") == container.name)
+        policy = (run.pod.get("spec") or {}).get("restartPolicy") or "Always"
+        while self._kubelet.current(run) and not run.remove:
+            container.log_index = container.restart_count
+            container.attempts += 1
+            try:
+                process = await self._launch(run, spec, container)
+            except processes.StartFailure as failure:
+                if not self._kubelet.current(run):
+                    return
+                if failure.reason != "StartError":
+                    container.state, container.reason, container.message = "waiting", failure.reason, failure.message
+                    container.attempts -= 1
+                    self._kubelet.mark(run)
+                    await asyncio.sleep(CONFIG_RETRY)
+                    continue
+                container.state, container.reason, container.message = "terminated", failure.reason, failure.message
+                container.exit_code, container.started_at = processes.START_ERROR_CODE, None
+            else:
+                container.process = process
+                container.state, container.reason, container.message = "running", "", None
+                container.started_at = timestamp(time.time())
+                run.phase = "Running"
+                self._kubelet.mark(run)
+                returncode = await process.wait()
+                container.process = None
+                code = processes.exit_code(returncode)
+                container.state, container.exit_code, container.message = "terminated", code, None
+                container.reason = termination_reason(code)
+            container.finished_at = timestamp(time.time())
+            if not self._kubelet.current(run):
+                return
+            code = container.exit_code or 0
+            if run.remove or after_exit(policy, code) != "restart":
+                container.done = True
+                self._kubelet.mark(run)
+                self._settle_processes(run)
+                return
+            container.last_terminated = dict(container.terminated(), containerID=processes.container_id(
+                run.uid, container.name, container.attempts - 1))
+            container.restart_count += 1
+            delay = processes.backoff(container.restart_count, self._settings.crash_backoff)
+            container.state, container.reason = "waiting", "CrashLoopBackOff"
+            container.message = (f"back-off {delay:g}s restarting failed container={container.name} "
+                                 f"pod={run.key[1]}_{run.key[0]}({run.uid})")
+            if run.phase == "Pending":
+                run.phase = "Running"
+            self._kubelet.mark(run)
+            await asyncio.sleep(delay)
+
+    async def _launch(self, run: Run, spec: dict[str, Any], container: processes.Container) -> Any:
+        """Resolve the container's env, command and directory, write the hosts file, start the process."""
+        assert run.sandbox is not None
+        directory = run.sandbox.dir
+        try:
+            await directory.prepare()
+            allocatable = {"cpu": self._settings.cpu_per_node, "memory": self._settings.memory_per_node,
+                           "ephemeral-storage": "1Ti"}
+
+            async def lookup(kind: str, namespace: str, name: str) -> dict[str, str] | None:
+                try:
+                    return await processes.lookup_in(self._api, kind, namespace, name)
+                except errors.ApiError as exc:
+                    raise processes.StartFailure("CreateContainerConfigError", f"reading {kind} {name}: {exc}")
+
+            env = await processes.container_env(run.pod, spec, directory.base_env(run.pod), pod_ip=processes.POD_IP,
+                                                host_ip=processes.POD_IP, allocatable=allocatable, lookup=lookup)
+            argv = processes.argv_of(spec, env)
+            cwd = pathlib.Path(spec["workingDir"]) if spec.get("workingDir") else directory.work
+            if not cwd.is_dir():
+                raise processes.StartFailure(
+                    "StartError", f'chdir to cwd ("{cwd}") set in config.json failed: no such file or directory')
+            executable = processes.find_executable(argv[0], env.get("PATH", os.defpath), cwd)
+            self._write_hosts(run)
+            return await processes.launch(argv, executable, env, cwd, directory.hosts,
+                                          directory.log(container.name, container.log_index))
+        except OSError as exc:
+            raise processes.StartFailure("StartError", f"starting container {container.name}: {exc}") from exc
+
+    def _settle_processes(self, run: Run) -> None:
+        """Once every container is done for good: the pod's phase, from their exit codes."""
+        assert run.sandbox is not None
+        if not run.sandbox.settled() or not self._kubelet.current(run):
+            return
+        clock = timestamp(time.time())
+        failed = [c for c in run.sandbox.containers if (c.exit_code or 0) != 0]
+        if not failed:
+            self._kubelet.terminate(run, 0, "Completed", clock, phase="Succeeded")
+            return
+        first = failed[0]
+        if first.reason == "StartError":
+            self._kubelet.terminate(run, first.exit_code or 0, first.reason, clock, phase="Failed", reason="StartError",
+                            message=f"container {first.name}: {first.message}")
+            return
+        names = ", ".join(c.name for c in failed)
+        self._kubelet.terminate(run, first.exit_code or 0, "Error", clock, phase="Failed", reason="Error",
+                        message=f"container(s) {names} exited with code {first.exit_code}")
+
+    async def _stop_deleted_processes(self, run: Run, grace: float) -> None:
+        """A deleted process pod: SIGTERM, the grace period, SIGKILL; then its final status is written."""
+        assert run.sandbox is not None
+        await processes.stop(run.sandbox.processes, grace)
+        await asyncio.sleep(0)  # let the containers' own tasks record their exits first
+        clock = timestamp(time.time())
+        for container in run.sandbox.containers:
+            if not container.done and container.process is None:
+                container.done = True
+                if container.state != "terminated":
+                    container.state, container.exit_code, container.reason = "terminated", 0, "Completed"
+                    container.finished_at = clock
+        self._settle_processes(run)
+
+    def _write_hosts(self, run: Run) -> None:
+        assert run.sandbox is not None
+        namespace = run.key[0]
+        names = processes.cluster_names(namespace, self._services.get(namespace, ()),
+                                        self._subdomain_hosts.get(namespace, {}).values())
+        run.sandbox.dir.write_hosts(processes.hosts_text(self._machine_hosts, run.pod, names))
+
+    def _refresh_hosts(self, namespace: str) -> None:
+        """The namespace's names changed: rewrite the hosts files of its running process pods."""
+        for run in self._runs.values():
+            if run.key[0] == namespace and run.sandbox is not None and run.stage == "running":
+                try:
+                    self._write_hosts(run)
+                except OSError as exc:
+                    log.warning("sim kubelet: pod %s/%s: writing its hosts file failed: %s", *run.key, exc)

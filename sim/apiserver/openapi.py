@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sim import discovery, resources
+from sim.apiserver import discovery, resources
 
 Obj = dict[str, Any]
 

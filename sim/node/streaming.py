@@ -1,9 +1,9 @@
 """The remote-command protocol of ``pods/exec``, server side, over WebSocket (and the shared bits of SPDY).
 
-In: an upgrade request for ``…/exec?command=…&container=…&stdin=…&stdout=…&stderr=…&tty=…``
-(kube-apiserver's ``pods/{name}/exec`` in sim/, or the kubelet's
-``/exec/{ns}/{pod}/{container}`` in the node agent) and a function that runs the
-command. Out: the WebSocket channel protocol kubectl ≥ 1.30 and client-go speak
+In: an upgrade request for ``…/exec`` — the kubelet's ``/exec/{ns}/{pod}/{container}``
+of the node agent, or the local cluster's ``pods/{name}/exec`` handed to the node side
+(sim/node/kubeletserving.py) — its options in the kubelet's names, and a function
+that runs the command. Out: the WebSocket channel protocol kubectl ≥ 1.30 and client-go speak
 (subprotocols ``v5.channel.k8s.io`` and ``v4.channel.k8s.io``): binary messages whose
 first byte is the channel — 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize — and, in v5,
 255 followed by a channel number to half-close it. The error channel carries one
@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from multidict import MultiMapping
 
-from sim import shelling
+from sim.node import shelling
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,14 @@ class Options:
     tty: bool
 
     @classmethod
-    def of(cls, query: Any, *, kubelet: bool) -> Options:
-        """From kube-apiserver's query (``stdin``, ``stdout``, ``stderr``, ``tty``) or, with ``kubelet``, from the
-        kubelet's (``input``, ``output``, ``error``, ``tty``: what kube-apiserver forwards, api.Exec*Param)."""
-        names = ("input", "output", "error") if kubelet else ("stdin", "stdout", "stderr")
+    def of(cls, query: MultiMapping[str]) -> Options:
+        """From the kubelet's query: ``command`` and ``input``, ``output``, ``error``, ``tty`` (api.Exec*Param,
+        what kube-apiserver forwards for its own ``stdin``, ``stdout``, ``stderr``, ``tty``)."""
         return cls(
             command=list(query.getall("command", [])),
-            stdin=_flag(query, names[0]),
-            stdout=_flag(query, names[1]),
-            stderr=_flag(query, names[2]),
+            stdin=_flag(query, "input"),
+            stdout=_flag(query, "output"),
+            stderr=_flag(query, "error"),
             tty=_flag(query, "tty"),
         )
 

@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sim import resources
+from sim import objects
+from sim.apiserver import resources
 
 Obj = dict[str, Any]
 
@@ -180,7 +181,7 @@ def _pod_status(pod: Obj) -> str:
             has_running = True
     if reason == "Completed" and has_running:
         reason = "Running"
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+    if objects.metadata(pod).get("deletionTimestamp"):
         reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     return str(reason)
 

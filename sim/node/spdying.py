@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import streaming
+from sim.node import streaming
 
 log = logging.getLogger(__name__)
 

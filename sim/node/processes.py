@@ -3,13 +3,13 @@
 A node labelled ``sim.kto.dev/runtime: process`` (``kto up --runtime process``,
 ``kto sim --runtime process``, or ``kubectl label node``) runs each pod whose
 containers all have a ``command`` as local processes; other pods, and every pod of a
-``simulated`` node, are simulated as before (sim/kubelet.py). Images are not pulled or
+``simulated`` node, are simulated as before (sim/node/kubelet.py). Images are not pulled or
 looked at: the "image" is this machine — its PATH, with a per-pod Python layer over
 kto's own Python environment first on it (see :class:`PodDir`).
 
 In: the pod (its spec as stored), the node's and pod's addresses, ConfigMaps and
-Secrets read through the kubelet's store. Out: per container, a process started
-through sim/launching.py with
+Secrets read through the kubelet's API server (sim/node/apis.py). Out: per container, a process started
+through sim/node/launching.py with
 
 * the environment a kubelet gives: ``PATH``, ``HOME`` (the pod's scratch directory)
   and ``HOSTNAME`` (the pod's hostname) in place of an image's, then ``envFrom`` and
@@ -62,7 +62,8 @@ import venv
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from sim import errors, quantities
+from sim import errors, objects, quantities
+from sim.node import apis
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +127,12 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 def hostname(pod: Mapping[str, Any]) -> str:
     """The pod's hostname: ``spec.hostname`` or its name (as the kubelet sets it)."""
     spec = pod.get("spec") or {}
-    return str(spec.get("hostname") or (pod.get("metadata") or {}).get("name") or "")
+    return str(spec.get("hostname") or objects.metadata(pod).get("name") or "")
 
 
 def field_value(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> str:
     """A ``fieldRef`` as the kubelet resolves it; ``StartFailure`` for a path it does not support."""
-    metadata = pod.get("metadata") or {}
+    metadata = objects.metadata(pod)
     spec = pod.get("spec") or {}
     simple = {
         "metadata.name": metadata.get("name"),
@@ -179,7 +180,7 @@ async def container_env(
     pod_ip: str, host_ip: str, allocatable: Mapping[str, Any], lookup: Lookup,
 ) -> dict[str, str]:
     """The environment of one container: ``base`` (the image's part), ``envFrom``, then ``env`` in order."""
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = str(objects.metadata(pod).get("namespace") or "")
     env = dict(base)
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix") or "")
@@ -256,7 +257,7 @@ def hosts_text(machine_hosts: str, pod: Mapping[str, Any], names: Iterable[str])
     lines = [machine_hosts.rstrip("\n"), "", "# kto process runtime: this pod and the cluster's names"]
     spec = pod.get("spec") or {}
     own = hostname(pod)
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = str(objects.metadata(pod).get("namespace") or "")
     if spec.get("subdomain"):
         own = f"{own}.{spec['subdomain']}.{namespace}.svc.cluster.local\t{own}"
     lines.append(f"{POD_IP}\t{own}")
@@ -450,7 +451,7 @@ class PodDir:
 
 async def launch(argv: list[str], executable: str, env: Mapping[str, str], cwd: pathlib.Path,
                  hosts: pathlib.Path, log_path: pathlib.Path) -> asyncio.subprocess.Process:
-    """Start the container's process through sim/launching.py, in a session of its own (so its whole
+    """Start the container's process through sim/node/launching.py, in a session of its own (so its whole
     tree can be signalled), output appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as output:
@@ -494,10 +495,10 @@ def read_data(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
     return data
 
 
-async def lookup_in(store: Any, kind: str, namespace: str, name: str) -> dict[str, str] | None:
-    """A ConfigMap's or Secret's data from the kubelet's store; None when it does not exist."""
+async def lookup_in(api: apis.NodeApi, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+    """A ConfigMap's or Secret's data read through the kubelet's API server; None when it does not exist."""
     try:
-        obj = await store.get(kind, namespace, name)
+        obj = await api.get(kind, namespace, name)
     except errors.ApiError as exc:
         if exc.code == 404:
             return None

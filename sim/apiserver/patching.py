@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim import decoding, errors
+from sim import errors
+from sim.apiserver import decoding
 
 
 def deep_copy(value: Any) -> Any:

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from sim import patching
+from sim.apiserver import patching
 
 Obj = dict[str, Any]
 _META_KEYS = ("apiVersion", "kind", "metadata")

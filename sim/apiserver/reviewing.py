@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sim import errors
-from sim import store as sim_store
+from sim.apiserver import store as sim_store
 
 Obj = dict[str, Any]
 

@@ -43,8 +43,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from sim import errors, listwatching, nodes, quantities
+from sim import errors, listwatching, objects, quantities
 from sim import settings as sim_settings
+from sim.apiserver import store as sim_store
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def _match_expression(expression: Mapping[str, Any], values: Mapping[str, str]) 
 def matches_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """`spec.nodeSelector` and required node affinity (matchExpressions, matchFields on name)."""
     spec = pod.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    labels = objects.metadata(node).get("labels") or {}
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
@@ -184,7 +185,7 @@ def matches_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     terms = required.get("nodeSelectorTerms") or []
     if not terms:
         return True
-    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
+    fields = {"metadata.name": objects.metadata(node).get("name", "")}
     # Terms are ORed; the expressions of one term are ANDed; an empty term matches nothing.
     for term in terms:
         expressions = term.get("matchExpressions") or []
@@ -335,7 +336,7 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
 
 def pod_group_ref(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(PodGroup resource, name) a pod belongs to, or None for a pod outside any gang."""
-    metadata = pod.get("metadata") or {}
+    metadata = objects.metadata(pod)
     volcano = (metadata.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION)
     if volcano:
         return VOLCANO_PODGROUPS, str(volcano)
@@ -386,7 +387,7 @@ def fits_free_capacity(min_resources: Mapping[str, Fraction], usages: Sequence[N
     """True when the cluster's free capacity, summed over schedulable nodes, covers `min_resources`."""
     free: quantities.Resources = {}
     for usage in usages:
-        if (usage.node.get("spec") or {}).get("unschedulable") or not nodes.is_ready(usage.node):
+        if (usage.node.get("spec") or {}).get("unschedulable") or not objects.is_ready(usage.node):
             continue
         for name, value in usage.allocatable.items():
             free[name] = free.get(name, Fraction(0)) + value - usage.requested.get(name, Fraction(0))
@@ -495,7 +496,7 @@ class _Bound:
 class Scheduler:
     """Binds pending pods to the simulated nodes; `run()` until cancelled."""
 
-    def __init__(self, store: Any, settings: sim_settings.SimSettings) -> None:
+    def __init__(self, store: sim_store.Store, settings: sim_settings.SimSettings) -> None:
         self._store = store
         self._settings = settings
         self._nodes: dict[str, dict[str, Any]] = {}
@@ -627,7 +628,7 @@ class Scheduler:
                 if usage is not None:
                     usage.assume(request)
             return
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if objects.metadata(pod).get("deletionTimestamp"):
             self._pending.pop(key, None)
             return
         self._pending[key] = pod
@@ -821,7 +822,7 @@ class Scheduler:
         # One merge patch of the status against the version seen (409 if it is stale), rather
         # than a read and an update: most pods are written only once, here.
         body = {
-            "metadata": {"resourceVersion": (pod.get("metadata") or {}).get("resourceVersion")},
+            "metadata": {"resourceVersion": objects.metadata(pod).get("resourceVersion")},
             "status": {"conditions": [*conditions, condition]},
         }
         try:

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Any
 
-from sim import schema
+from sim.apiserver import schema
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 CRD_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
