@@ -23,7 +23,7 @@ from typing import Any
 
 from shared.api import jobs, objects
 from shared.bus import producing, records
-from shared.core import basis, effects, families, outcomes, plans, reconciling, views
+from shared.core import basis, effects, families, outcomes, plans, deciding, views
 from shared.core import events as child_events
 from shared.kube import clients, connecting, recording, resources
 from services.reconciler import memories
@@ -433,8 +433,8 @@ class Applier:
         the job is gone."""
         assert decision.restarts is not None
         return await self._annotate(client, key, memory, {
-            reconciling.RESTARTS_ANNOTATION: str(decision.restarts),
-            reconciling.COUNTED_ANNOTATION: ",".join(decision.counted)})
+            deciding.RESTARTS_ANNOTATION: str(decision.restarts),
+            deciding.COUNTED_ANNOTATION: ",".join(decision.counted)})
 
     async def _annotate(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, annotations: dict[str, str],

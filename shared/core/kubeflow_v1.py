@@ -5,7 +5,7 @@ In: a job document of one of the six kinds (an MPIJob written in v1), its observ
 children, the clock. Out: its pass's effects (:meth:`KubeflowV1.decide`), replayed
 (:meth:`KubeflowV1.replan`), its status (through :mod:`shared.core.preparing`) and
 ``kto plan``'s dry run. The family's core is the rest of ``shared.core``: ``planning``,
-``reconciling``, ``statuses``, ``frameworks`` (one plugin per kind). The status
+``deciding``, ``statuses``, ``frameworks`` (one plugin per kind). The status
 service writes its jobs' status. No I/O, no clock.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from shared.api import jobs, mpijobs, objects
 from shared.core import admitting, basis, conditions, defaulting, effects, outcomes, planning, plans, preparing
-from shared.core import reconciling, validating
+from shared.core import deciding, validating
 from shared.core import settings as operator_settings
 
 Manifest = dict[str, Any]
@@ -77,10 +77,10 @@ class KubeflowV1:
         except jobs.LoadError as exc:
             raise plans.Unreplayable(f"the {kind} does not load: {exc}") from None
         old = previous_version(inputs.old, inputs.job)
-        return reconciling.decide(job, inputs.children, inputs.now, settings, old).plan()
+        return deciding.decide(job, inputs.children, inputs.now, settings, old).plan()
 
     def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
-        """:func:`shared.core.reconciling.decide` on the job as loaded, compared with the version
+        """:func:`shared.core.deciding.decide` on the job as loaded, compared with the version
         the last pass decided on; a verdict a predecessor recorded on an unfinished job is said
         again (it may have died before saying it). A job that does not load is announced as
         failing validation, and nothing is made for it."""
@@ -90,7 +90,7 @@ class KubeflowV1:
             return effects.failed_validation(document, exc)
         settings = context.settings_of(operator_settings.OperatorSettings)
         old = previous_version(context.previous, document)
-        decision = reconciling.decide(job, children, context.now, settings, old)
+        decision = deciding.decide(job, children, context.now, settings, old)
         decision.regarding, decision.child_events = job, True
         decision.previous = context.previous if old is not None else None
         decision.settings = dataclasses.asdict(settings)

@@ -123,7 +123,7 @@ def compute(
     invalid = verdict is not None and verdict.reason == f"{kind}FailedValidation"
     if is_managed_externally(job) and not invalid:
         # A validation verdict still counts: an update that handed the job over
-        # to another controller breaks managedBy's immutability (reconciling.decide).
+        # to another controller breaks managedBy's immutability (deciding.decide).
         return outcomes.Outcome(stored.model_copy(deep=True), [])
     status = stored.model_copy(deep=True)
     events: list[Event] = []

@@ -14,7 +14,7 @@ import pytest
 
 from shared.bus import reading, records, replaying
 from shared.core import basis, effects, plans
-from shared.core.elastic import reconciling as et_reconciling
+from shared.core.elastic import deciding as et_deciding
 from tests.core.elastic.world import KEYS, World, scaler, training_job
 
 KEY = "c/ns/PyTorchJob/p"
@@ -209,7 +209,7 @@ def chain(world: World) -> tuple[effects.Effects, list[effects.ExecResult]]:
     """One reconcile pass of the world's job as the reconciler runs it: its commands run and fed back."""
     executed: list[effects.ExecResult] = []
     while True:
-        decision = et_reconciling.decide(world.job, list(world.children.values()), list(world.scalers), world.now,
+        decision = et_deciding.decide(world.job, list(world.children.values()), list(world.scalers), world.now,
                                          key_pair=lambda: KEYS, settings=world.settings, executed=executed)
         if not decision.execs:
             return decision, executed

@@ -47,7 +47,7 @@ from services.webhook import registering
 from shared.api import elastic, jobs
 from shared.bus import topics
 from shared.bus import settings as bus_settings
-from shared.core import reconciling as core_reconciling
+from shared.core import deciding as core_deciding
 from shared.core.elastic import planning as elastic_planning
 from shared.core.frameworks import mpi
 from shared.kube import clients, hydrating, resources
@@ -418,7 +418,7 @@ def _granted_by(role: dict[str, Any]) -> set[Rule]:
 
 
 DELETED_KINDS = {"Pod", "Service", "PodGroup", "HorizontalPodAutoscaler"}
-"""The children a decision deletes: pods and Services (shared/core/reconciling.py, the elastic
+"""The children a decision deletes: pods and Services (shared/core/deciding.py, the elastic
 core's Pass.delete_workers and delete_launcher, mpi_v2's scale-down and cleanup), PodGroups and
 the elastic HPA (reconciling._children_to_drop, mpi_v2's gang cleanup). The others (ConfigMaps,
 Secrets, ServiceAccounts, Roles, RoleBindings, launcher Jobs) go with the job, by garbage collection."""
@@ -450,8 +450,8 @@ def needed(service: str) -> set[Rule]:
                 found |= _rules("cluster", rt, "get" if hydrating.reads_by_name(label) else "list")
     for rt in resources.CHILD_TYPES:  # decisions create children of every kind, delete only some
         found |= _rules("cluster", rt, "create", *(["delete"] if rt.kind in DELETED_KINDS else []))
-    updated = {kind for kind in core_reconciling.UPDATABLE_KINDS}  # v1 updates (PUT)
-    updated |= {"Service", "ConfigMap", "Secret", "PodGroup", "Job"}  # mpi_v2/reconciling.py _get_or_create, launcher
+    updated = {kind for kind in core_deciding.UPDATABLE_KINDS}  # v1 updates (PUT)
+    updated |= {"Service", "ConfigMap", "Secret", "PodGroup", "Job"}  # mpi_v2/deciding.py _get_or_create, launcher
     for rt in resources.CHILD_TYPES:
         if rt.kind in updated:
             found |= _rules("cluster", rt, "update")

@@ -21,7 +21,7 @@ from hypothesis import given
 
 from shared.api import jobs
 from shared.bus import records
-from shared.core import defaulting, planning, reconciling, statuses, validating
+from shared.core import defaulting, planning, deciding, statuses, validating
 from shared.core.outcomes import Verdict
 from shared.core.errors import PlanError
 from shared.core.settings import OperatorSettings
@@ -52,7 +52,7 @@ def through_the_core(document: dict[str, Any]) -> str:
             assert outcome.status.conditions and outcome.status.conditions[-1].type == "Failed"
             outcome.status.dump()
         return "job.LoadError"
-    decision = reconciling.decide(job, [], NOW, SETTINGS)
+    decision = deciding.decide(job, [], NOW, SETTINGS)
     report = validating.validate(job)
     if not report.ok:
         assert decision.verdict is not None and decision.verdict.reason.endswith("FailedValidation")

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from shared.api import common, elastic
 from shared.core import admitting, basis, effects, outcomes, plans
 from shared.core import settings as operator_settings
-from shared.core.elastic import decisions, defaulting, planning, reconciling, scaling, validating
+from shared.core.elastic import steps, defaulting, planning, deciding, scaling, validating
 from shared.core.elastic.settings import ElasticSettings
 
 Manifest = dict[str, Any]
@@ -59,7 +59,7 @@ def _replayed_chain(training_job: elastic.TrainingJob, children: list[Manifest],
     settings = plans.settings_from(ElasticSettings, inputs.extra.get("settings"))
     executed: list[effects.ExecResult] = []
     while True:
-        decision = reconciling.decide(training_job, children, scalers, inputs.now, key_pair=_no_key,
+        decision = deciding.decide(training_job, children, scalers, inputs.now, key_pair=_no_key,
                                       settings=settings, executed=executed)
         answered = False
         for command in decision.execs:
@@ -152,7 +152,7 @@ class TrainingJobs:
             return _unloadable(document, exc, context.now)
         scalers, others, problems = split_scalers(children)
         settings = context.settings_of(ElasticSettings)
-        decision = reconciling.decide(job, others, scalers, context.now, key_pair=context.key_pair(planning.KeyPair),
+        decision = deciding.decide(job, others, scalers, context.now, key_pair=context.key_pair(planning.KeyPair),
                                       settings=settings, executed=context.executed)
         decision.regarding, decision.problems = job, problems
         decision.settings = dataclasses.asdict(settings)
@@ -190,9 +190,9 @@ class TrainingJobs:
     def unbound(self, children: Sequence[Manifest], now: dt.datetime) -> tuple[list[plans.Unbound], list[str]]:
         """Scalers that name a TrainingJob that does not exist stay unbound (spec B.11)."""
         scalers, _, problems = split_scalers(children)
-        steps = [plans.Unbound(scaler.KIND, scaler.name, scaler.metadata.uid or "", step.kind, step.detail)
+        waiting = [plans.Unbound(scaler.KIND, scaler.name, scaler.metadata.uid or "", step.kind, step.detail)
                  for scaler in scalers for step in scaling.bind(scaler, None, now).steps]
-        return steps, problems
+        return waiting, problems
 
 
 FAMILY = TrainingJobs()

@@ -254,7 +254,7 @@ def role(job: elastic.TrainingJob, workers: Sequence[str]) -> Manifest:
     """B.6.6, with one departure: ``pods/exec`` into the named ``workers`` only, and no
     ``pods/exec`` rule when there are none (upstream's rule names no pod, so the launcher may
     exec into every pod of the namespace). The reconciler keeps the names equal to the job's
-    worker pods as they change (``reconciling``). The other rules as upstream writes them
+    worker pods as they change (``deciding``). The other rules as upstream writes them
     (``configmap``, singular, grants nothing)."""
     config_map_rule = {"verbs": ["get"], "apiGroups": [""], "resources": ["configmap"],
                        "resourceNames": [naming.config_name(job)]}

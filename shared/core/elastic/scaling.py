@@ -31,8 +31,8 @@ import datetime as dt
 from shared.api import elastic, objects
 from shared.api.objects import labels_of, name_of
 from shared.core import effects, owners, reports
-from shared.core.elastic import decisions, naming, planning, statuses, validating
-from shared.core.elastic.deciding import Pass
+from shared.core.elastic import steps, naming, planning, statuses, validating
+from shared.core.elastic.working import Pass
 
 ScalerStatus = elastic.ScaleInStatus | elastic.ScaleOutStatus
 
@@ -70,7 +70,7 @@ def bind_into(decision: effects.Effects, scaler: elastic.Scaler, job: elastic.Tr
         return False
     if job is None or job.name != scaler.target_name or job.namespace != scaler.namespace:
         wanted = f"{scaler.namespace}/{scaler.target_name}" if scaler.target_name else "(spec.selector.name is empty)"
-        decision.step(decisions.STEP_SCALER_WAITING, scaler.full_name,
+        decision.step(steps.STEP_SCALER_WAITING, scaler.full_name,
                       f"TrainingJob {wanted} not found; the scaler stays unbound until it exists")
         return False
     status = _status_copy(scaler)
@@ -81,7 +81,7 @@ def bind_into(decision: effects.Effects, scaler: elastic.Scaler, job: elastic.Tr
     update = decision.child(elastic.API_VERSION, scaler.KIND, scaler.namespace, scaler.name)
     update.owner_reference = owners.reference(job)
     update.status = status
-    decision.step(decisions.STEP_SCALER_BOUND, scaler.full_name, f"bound to TrainingJob {job.namespace}/{job.name}")
+    decision.step(steps.STEP_SCALER_BOUND, scaler.full_name, f"bound to TrainingJob {job.namespace}/{job.name}")
     return True
 
 
@@ -133,7 +133,7 @@ def select(p: Pass) -> None:
     _write(p.decision, scaler, status)
     waiting = [s.full_name for s in pending(p) if s is not scaler]
     detail = "Scaling" + (f"; queued after it: {', '.join(waiting)}" if waiting else "")
-    p.decision.step(decisions.STEP_SCALER_PHASE, scaler.full_name, detail)
+    p.decision.step(steps.STEP_SCALER_PHASE, scaler.full_name, detail)
     p.requeue(0)
 
 
@@ -157,7 +157,7 @@ def _finish(p: Pass, scaler: elastic.Scaler, status: ScalerStatus, message: str 
         type_, reason, text = statuses.SCALE_FAILED, f"{scaler.SCALE_TYPE}Failed", message
         p.event("Warning", reason, text)
     _set_state(p, scaler, status, type_, reason, text)
-    p.decision.step(decisions.STEP_SCALER_PHASE, scaler.full_name, f"{type_}: {text}")
+    p.decision.step(steps.STEP_SCALER_PHASE, scaler.full_name, f"{type_}: {text}")
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def execute(p: Pass) -> None:
     if scaler is None or statuses.is_scale_finished(scaler.status):
         if scaler is not None:
             _catch_up(p, scaler)
-        p.decision.step(decisions.STEP_JOB_PHASE, p.job.name,
+        p.decision.step(steps.STEP_JOB_PHASE, p.job.name,
                         f"Running: {p.status.current_scaler} is gone or finished")
         p.status.current_scaler = ""
         p.status.phase = elastic.PHASE_RUNNING
@@ -238,11 +238,11 @@ def _run_script(p: Pass, scaler: elastic.Scaler, status: ScalerStatus, workers: 
     message = f"trainingjob({p.job.namespace}/{p.job.name}): execute script on launcher for {scaler.full_name}"
     statuses.set_condition(status, statuses.SCRIPT_EXECUTED, "", message, p.now)
     if result is None:
-        p.decision.step(decisions.STEP_WAITING, scaler.full_name, "no launcher pod: the script is skipped")
+        p.decision.step(steps.STEP_WAITING, scaler.full_name, "no launcher pod: the script is skipped")
     elif custom:
-        p.decision.step(decisions.STEP_SCRIPT_RUN, scaler.full_name, script)
+        p.decision.step(steps.STEP_SCRIPT_RUN, scaler.full_name, script)
     else:
-        p.decision.step(decisions.STEP_HOSTFILE_REWRITTEN, naming.launcher_name(p.job),
+        p.decision.step(steps.STEP_HOSTFILE_REWRITTEN, naming.launcher_name(p.job),
                         f"for {scaler.full_name}: {', '.join(workers) or '(no workers)'}")
     return None
 
@@ -288,7 +288,7 @@ def _scale_in(p: Pass, scaler: elastic.ScaleIn, status: elastic.ScaleInStatus) -
             _finish(p, scaler, status, f"{scaler.full_name} get to delete workers name failed, error: {exc}")
             return
         status.to_delete_pods = chosen
-        p.decision.step(decisions.STEP_SCALER_TARGETS, scaler.full_name, f"removes {', '.join(chosen)}")
+        p.decision.step(steps.STEP_SCALER_TARGETS, scaler.full_name, f"removes {', '.join(chosen)}")
         p.requeue(0)
         return
     to_delete = list(status.to_delete_pods)
@@ -303,14 +303,14 @@ def _scale_in(p: Pass, scaler: elastic.ScaleIn, status: elastic.ScaleInStatus) -
     if not scaler.spec.script and removable:
         probe = p.run("probe", planning.probe_script(p.job))
         if probe is not None and not probe.ok:
-            p.decision.step(decisions.STEP_WAITING, scaler.full_name, f"listing the launcher's processes failed: {probe.output}")
+            p.decision.step(steps.STEP_WAITING, scaler.full_name, f"listing the launcher's processes failed: {probe.output}")
             p.requeue()
             return
         shut = planning.shut_down(p.job, probe.output if probe is not None else "", removable)
         processes_left = len(shut) < len(removable)
         if processes_left:
             attached = ", ".join(w for w in removable if w not in shut)
-            p.decision.step(decisions.STEP_WAITING, scaler.full_name, f"launcher processes still attached to {attached}")
+            p.decision.step(steps.STEP_WAITING, scaler.full_name, f"launcher processes still attached to {attached}")
         removable = shut
     if removable:
         p.delete_workers(removable, "scale-in", f"removed by {scaler.full_name}")
@@ -354,7 +354,7 @@ def _scale_out(p: Pass, scaler: elastic.ScaleOut, status: elastic.ScaleOutStatus
         except ValueError as exc:
             _finish(p, scaler, status, str(exc))
             return
-        p.decision.step(decisions.STEP_SCALER_TARGETS, scaler.full_name, f"adds {', '.join(status.add_pods)}")
+        p.decision.step(steps.STEP_SCALER_TARGETS, scaler.full_name, f"adds {', '.join(status.add_pods)}")
         p.requeue(0)
         return
     added = list(status.add_pods)
@@ -370,7 +370,7 @@ def _scale_out(p: Pass, scaler: elastic.ScaleOut, status: elastic.ScaleOutStatus
             return
         for name in added:
             p.create_worker(name, f"added by {scaler.full_name}", scale_out=scaler.name)
-        p.decision.step(decisions.STEP_WAITING, scaler.full_name,
+        p.decision.step(steps.STEP_WAITING, scaler.full_name,
                         f"{counts.active or 0} of {len(added)} added workers Running")
         p.requeue()
         return

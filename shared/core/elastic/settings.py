@@ -1,7 +1,7 @@
 """Operator settings of the et-operator core (spec B.5 flags, and kto's choices).
 
 In: command-line flags / environment, read once at start-up. Out: one frozen
-value passed down to ``reconciling.decide``.
+value passed down to ``deciding.decide``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Out: a ``shared.core.reports.Report`` whose errors each name a field path.
 
 Upstream checks nothing beyond its CRD schema and crashes or misbehaves on
 what it cannot use (no containers, a null worker spec). kto refuses such a
-job up front: ``reconciling.decide`` marks it Failed (reason
+job up front: ``deciding.decide`` marks it Failed (reason
 ``TrainingJobFailedValidation``) with these messages. Beyond the schema,
 kto requires ``minReplicas ≤ replicas ≤ maxReplicas`` when the bounds are
 set, names that make valid worker Service names, and its limits

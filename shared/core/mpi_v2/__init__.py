@@ -11,5 +11,5 @@ create, update and delete, the new status, the Events to record).
 * ``scheduling`` builds the PodGroup and decorates pods for gang scheduling (A.17);
 * ``sshkeys`` derives the Secret's ECDSA P-521 key pair from a seed (A.8.3);
 * ``statuses`` computes conditions and replica statuses (A.12);
-* ``reconciling`` is the sync algorithm (A.7, A.11, A.13–A.16) as one pure ``decide``.
+* ``deciding`` is the sync algorithm (A.7, A.11, A.13–A.16) as one pure ``decide``.
 """

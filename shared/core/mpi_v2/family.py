@@ -18,7 +18,7 @@ from typing import Any, Literal
 from shared.api import common, mpijobs
 from shared.core import admitting, basis, effects, outcomes, plans
 from shared.core import settings as operator_settings
-from shared.core.mpi_v2 import defaulting, reconciling, sshkeys, validating
+from shared.core.mpi_v2 import defaulting, deciding, sshkeys, validating
 
 Manifest = dict[str, Any]
 
@@ -36,7 +36,7 @@ def job_status(job: mpijobs.MPIJob, children: Sequence[Manifest], now: dt.dateti
     """The status and Events of mpi-operator's sync, from the same pure decision the
     reconciler applies children from (the SSH key and the operator settings play no
     part in the status)."""
-    decision = reconciling.decide(job, list(children), now, operator_settings.OperatorSettings(), _no_key)
+    decision = deciding.decide(job, list(children), now, operator_settings.OperatorSettings(), _no_key)
     status = decision.status if isinstance(decision.status, common.JobStatus) else job.status or common.JobStatus()
     return outcomes.Outcome(status, decision.events)
 
@@ -88,7 +88,7 @@ class MPIJobV2:
         except mpijobs.LoadError as exc:
             return effects.failed_validation(document, exc)
         settings = context.settings_of(operator_settings.OperatorSettings)
-        decision = reconciling.decide(job, children, context.now, settings, context.key_pair(sshkeys.KeyPair))
+        decision = deciding.decide(job, children, context.now, settings, context.key_pair(sshkeys.KeyPair))
         decision.regarding, decision.settings = job, dataclasses.asdict(settings)
         decision.status, decision.events = None, []  # the status service's, from its own sync
         return decision
@@ -119,7 +119,7 @@ class MPIJobV2:
             outcome.errors.extend(str(error) for error in report.errors)
             return outcome
         keys = sshkeys.KeyPair(stand_in_key.encode(), stand_in_key.encode())
-        decision = reconciling.decide(job, [], now, settings, lambda: keys)
+        decision = deciding.decide(job, [], now, settings, lambda: keys)
         outcome.children.extend(decision.creates)
         return outcome
 

@@ -12,7 +12,7 @@ Out: plain JSON-shaped manifests, byte-for-byte the same for the same input:
 * worker Pods ``<job>-worker-<i>`` (bare pods running ``sshd``);
 * the launcher ``batch/v1`` Job ``<job>-launcher`` with the MPI env.
 
-Whether and when each is created, updated or deleted is ``reconciling``'s
+Whether and when each is created, updated or deleted is ``deciding``'s
 business. Where kto differs from upstream: the ConfigMap, Secret, Service and
 launcher Job carry the ``training.kubeflow.org/job-name`` label beside
 upstream's ``app`` (as kto's v1 MPI children do), so label-selected watches

@@ -1,7 +1,7 @@
 """Status of an MPIJob v2beta1 (spec A.12): conditions, replica statuses, failure reasons.
 
 In: a defaulted MPIJob, its status as far as this sync got (Created and
-startTime already set by ``reconciling``), the launcher Job (observed or just
+startTime already set by ``deciding``), the launcher Job (observed or just
 planned), the launcher Job's pods, the worker pods of this sync (empty when
 the launcher is done or the job suspended) and ``now``. Out: the new status
 and the Events its transitions call for. Pure: no I/O.

@@ -169,11 +169,11 @@ def test_a_name_too_long_for_its_worker_services_is_refused() -> None:
 
 
 def test_a_job_that_fails_validation_is_failed_and_says_why() -> None:
-    from shared.core.elastic import reconciling
+    from shared.core.elastic import deciding
     from tests.core.elastic.world import KEYS, T0
 
     job = elastic.load_training_job(changed("spec.etReplicaSpecs.launcher.replicas", 2))
-    decision = reconciling.decide(job, [], [], T0, key_pair=lambda: KEYS)
+    decision = deciding.decide(job, [], [], T0, key_pair=lambda: KEYS)
     assert decision.status is not None and decision.status.phase == "Failed"
     assert decision.status.conditions and decision.status.conditions[-1].reason == "TrainingJobFailedValidation"
     assert "spec.etReplicaSpecs.launcher.replicas: Invalid value: 2: must be 1" in (decision.status.conditions[-1].message or "")

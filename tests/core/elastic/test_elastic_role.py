@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.core.elastic import decisions, planning
+from shared.core.elastic import steps, planning
 from tests.core.elastic.world import T0, World, scaler, training_job
 
 JOB = "elastic-training"
@@ -108,5 +108,5 @@ def test_a_finished_job_whose_workers_are_cleaned_up_keeps_no_exec_rule(world: W
     assert world.status.phase == "Succeeded"
     assert not [n for n in world.names("Pod") if n != LAUNCHER]
     assert exec_names(world) == []
-    assert [s for s in world.steps if s.kind == decisions.STEP_ROLE_FOLLOWS][-1].detail == \
+    assert [s for s in world.steps if s.kind == steps.STEP_ROLE_FOLLOWS][-1].detail == \
         "pods/exec into no pod (no worker)"

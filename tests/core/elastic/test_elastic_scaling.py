@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.elastic import decisions
+from shared.core.elastic import steps
 from tests.core.elastic.world import T0, World, scaler, training_job
 
 JOB = "elastic-training"
@@ -99,14 +99,14 @@ def test_two_scalers_of_one_job_run_one_at_a_time_in_creation_order(world: World
     world.decide()
     world.decide()
     assert world.status.current_scaler == "ScaleOut:default/first"
-    selected = [s for s in world.steps if s.kind == decisions.STEP_SCALER_PHASE]
+    selected = [s for s in world.steps if s.kind == steps.STEP_SCALER_PHASE]
     assert str(selected[-1]) == "scaler-phase ScaleOut:default/first: Scaling; queued after it: ScaleIn:default/second"
     world.settle()
     second = world.get("second").status
     assert second is not None and second.phase is None, "the second waits while the first runs"
     world.run_all()
     world.settle()
-    phases = [(s.subject, s.detail.split(";")[0].split(":")[0]) for s in world.steps if s.kind == decisions.STEP_SCALER_PHASE]
+    phases = [(s.subject, s.detail.split(";")[0].split(":")[0]) for s in world.steps if s.kind == steps.STEP_SCALER_PHASE]
     assert phases == [("ScaleOut:default/first", "Scaling"), ("ScaleOut:default/first", "ScaleSucceeded"),
                       ("ScaleIn:default/second", "Scaling"), ("ScaleIn:default/second", "ScaleSucceeded")]
     assert world.status.target_workers == W[:3]
@@ -118,10 +118,10 @@ def test_a_pass_that_binds_a_scaler_asks_for_the_next_pass_at_once(world: World)
     world.start()
     world.add(scaler("ScaleOut", "out", toAdd={"count": 1}))
     binding = world.decide()
-    assert [s.kind for s in binding.steps] == [decisions.STEP_SCALER_BOUND]
+    assert [s.kind for s in binding.steps] == [steps.STEP_SCALER_BOUND]
     assert binding.requeue_after == 0
     selecting = world.decide()
-    assert [s.kind for s in selecting.steps] == [decisions.STEP_SCALER_PHASE]
+    assert [s.kind for s in selecting.steps] == [steps.STEP_SCALER_PHASE]
     assert world.get("out").status is not None and world.get("out").status.phase == "Scaling"  # type: ignore[union-attr]
 
 
@@ -156,7 +156,7 @@ def test_a_worker_lost_while_min_replicas_remain_shrinks_the_job_instead_of_fail
     assert world.status.phase == "Running"
     assert world.status.current_workers == W[:2] and world.hostfiles() == [hostfile(*W[:2])]
     assert f"worker-removed {W[2]}: left Running; the job continues on 2 workers" in map(str, world.steps)
-    assert not [s for s in world.steps if s.kind == decisions.STEP_BELOW_MINIMUM]
+    assert not [s for s in world.steps if s.kind == steps.STEP_BELOW_MINIMUM]
 
 
 def test_falling_below_min_replicas_is_announced_once_and_not_fatal(world: World) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from shared.api import common, elastic
 from shared.core import effects
-from shared.core.elastic import planning, reconciling
+from shared.core.elastic import planning, deciding
 from shared.core.elastic.settings import ElasticSettings
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -154,7 +154,7 @@ class World:
         the effects module prescribes."""
         executed: list[effects.ExecResult] = []
         while True:
-            decision = reconciling.decide(self.job, list(self.children.values()), list(self.scalers), self.now,
+            decision = deciding.decide(self.job, list(self.children.values()), list(self.scalers), self.now,
                                           key_pair=lambda: KEYS, settings=self.settings, executed=executed)
             if not decision.execs:
                 break

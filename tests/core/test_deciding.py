@@ -1,4 +1,4 @@
-"""shared/core/reconciling.py: the decisions of one kubeflow.org/v1 reconcile pass.
+"""shared/core/deciding.py: the decisions of one kubeflow.org/v1 reconcile pass.
 
 * backoffLimit (spec §6.7) and kto's fix of its quirk: restarts the reconciler makes count too.
 * Run-policy decisions that the pipeline tests (tests/pipeline/test_run_policy.py) rest on:
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from shared.api import common, jobs
-from shared.core import conditions, defaulting, outcomes, reconciling, statuses, views
+from shared.core import conditions, defaulting, outcomes, deciding, statuses, views
 from shared.core.settings import OperatorSettings
 from tests.core.test_statuses import make_job, make_pod
 
@@ -29,7 +29,7 @@ NOW = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
 
 def with_restarts(job: jobs.Job, count: int) -> jobs.Job:
     return job.model_copy(update={"metadata": job.metadata.model_copy(
-        update={"annotations": {reconciling.RESTARTS_ANNOTATION: str(count)}})})
+        update={"annotations": {deciding.RESTARTS_ANNOTATION: str(count)}})})
 
 
 def owned(job: jobs.Job, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -56,19 +56,19 @@ def exit_code_job(limit: int) -> jobs.Job:
 def test_a_retryable_failure_is_restarted_until_the_limit_then_fails_the_job(limit: int, made: int, past: bool) -> None:
     job = with_restarts(exit_code_job(limit), made)
     pods = [make_pod(job, "Master", 0, "Running"), make_pod(job, "Worker", 0, "Failed", exit_code=137)]
-    assert reconciling.past_backoff_limit(job, pods) is past
+    assert deciding.past_backoff_limit(job, pods) is past
 
 
 def test_without_a_failed_pod_the_count_alone_fails_nothing() -> None:
     job = with_restarts(exit_code_job(1), 5)
     pods = [make_pod(job, "Master", 0, "Running"), make_pod(job, "Worker", 0, "Running")]
-    assert reconciling.past_backoff_limit(job, pods) is False
+    assert deciding.past_backoff_limit(job, pods) is False
 
 
 def test_a_restart_decision_says_what_the_count_must_become() -> None:
     job = with_restarts(exit_code_job(3), 1)
     pods = owned(job, [make_pod(job, "Master", 0, "Running"), make_pod(job, "Worker", 0, "Failed", exit_code=137)])
-    decision = reconciling.decide(job, pods, NOW, OperatorSettings())
+    decision = deciding.decide(job, pods, NOW, OperatorSettings())
     assert [ref.reason for ref in decision.deletes] == ["restart"]
     assert decision.restarts == 2
 
@@ -76,7 +76,7 @@ def test_a_restart_decision_says_what_the_count_must_become() -> None:
 def test_without_a_backoff_limit_restarts_are_not_counted() -> None:
     job = make_job("PyTorchJob", {"Master": (1, "ExitCode"), "Worker": (1, "ExitCode")})
     pods = owned(job, [make_pod(job, "Master", 0, "Running"), make_pod(job, "Worker", 0, "Failed", exit_code=137)])
-    decision = reconciling.decide(job, pods, NOW, OperatorSettings())
+    decision = deciding.decide(job, pods, NOW, OperatorSettings())
     assert [ref.reason for ref in decision.deletes] == ["restart"]
     assert decision.restarts is None
 
@@ -91,16 +91,16 @@ def failed_pod(job: jobs.Job, rt: str, index: int, phase: str, exit_code: int | 
 def counted(job: jobs.Job, count: int, pods: list[dict[str, Any]]) -> jobs.Job:
     """The job as a pass left it that counted ``pods`` and was cut short before deleting them."""
     return job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": {
-        reconciling.RESTARTS_ANNOTATION: str(count),
-        reconciling.COUNTED_ANNOTATION: ",".join(p["metadata"]["uid"] for p in pods)}})})
+        deciding.RESTARTS_ANNOTATION: str(count),
+        deciding.COUNTED_ANNOTATION: ",".join(p["metadata"]["uid"] for p in pods)}})})
 
 
 def test_a_failed_pod_counted_by_a_pass_cut_short_is_deleted_again_without_counting_it_again() -> None:
     job = exit_code_job(3)
     master, worker = failed_pod(job, "Master", 0, "Running"), failed_pod(job, "Worker", 0, "Failed", exit_code=137)
-    first = reconciling.decide(job, owned(job, [master, worker]), NOW, OperatorSettings())
+    first = deciding.decide(job, owned(job, [master, worker]), NOW, OperatorSettings())
     assert first.restarts == 1 and first.counted == (worker["metadata"]["uid"],)
-    again = reconciling.decide(counted(job, 1, [worker]), owned(job, [master, worker]), NOW, OperatorSettings())
+    again = deciding.decide(counted(job, 1, [worker]), owned(job, [master, worker]), NOW, OperatorSettings())
     assert [(ref.name, ref.reason) for ref in again.deletes] == [(worker["metadata"]["name"], "restart")]
     assert again.restarts is None
 
@@ -110,8 +110,8 @@ def test_a_count_at_the_limit_does_not_fail_the_job_for_the_failure_it_already_c
     master = failed_pod(job, "Master", 0, "Failed", exit_code=130)
     worker = failed_pod(job, "Worker", 0, "Running")
     cut_short = counted(job, 2, [master])
-    assert reconciling.past_backoff_limit(cut_short, [master, worker]) is False
-    decision = reconciling.decide(cut_short, owned(cut_short, [master, worker]), NOW, OperatorSettings())
+    assert deciding.past_backoff_limit(cut_short, [master, worker]) is False
+    decision = deciding.decide(cut_short, owned(cut_short, [master, worker]), NOW, OperatorSettings())
     assert decision.verdict is None
     assert [ref.reason for ref in decision.deletes] == ["restart"]
 
@@ -120,7 +120,7 @@ def test_a_new_failure_beside_a_counted_one_is_counted_alone() -> None:
     job = make_job("PyTorchJob", {"Master": (1, "ExitCode"), "Worker": (2, "ExitCode")}, runPolicy={"backoffLimit": 5})
     master = failed_pod(job, "Master", 0, "Running")
     first, second = (failed_pod(job, "Worker", i, "Failed", exit_code=137) for i in (0, 1))
-    decision = reconciling.decide(counted(job, 1, [first]), owned(job, [master, first, second]), NOW,
+    decision = deciding.decide(counted(job, 1, [first]), owned(job, [master, first, second]), NOW,
                                   OperatorSettings())
     assert decision.restarts == 2
     assert set(decision.counted) == {first["metadata"]["uid"], second["metadata"]["uid"]}
@@ -152,7 +152,7 @@ def test_an_update_is_validated_against_the_old_job(
 ) -> None:
     old, new = tf_job(**old_policy), tf_job(**new_policy)
     pods = owned(new, [make_pod(new, "Worker", i, "Running") for i in range(2)])
-    decision = reconciling.decide(new, pods + [service_of(new, p) for p in pods], NOW, OperatorSettings(), old=old)
+    decision = deciding.decide(new, pods + [service_of(new, p) for p in pods], NOW, OperatorSettings(), old=old)
     if invalid is None:
         assert decision.verdict is None or not decision.verdict.reason.endswith("FailedValidation")
         return
@@ -165,7 +165,7 @@ def test_an_update_is_validated_against_the_old_job(
 def test_a_replicas_service_is_deleted_before_its_pod() -> None:
     job = tf_job(suspend=True)
     pods = owned(job, [make_pod(job, "Worker", i, "Running") for i in range(2)])
-    decision = reconciling.decide(job, pods + [service_of(job, p) for p in pods], NOW, OperatorSettings())
+    decision = deciding.decide(job, pods + [service_of(job, p) for p in pods], NOW, OperatorSettings())
     assert [(d.kind, d.name) for d in decision.deletes] == [
         ("Service", "test-job-worker-0"), ("Pod", "test-job-worker-0"),
         ("Service", "test-job-worker-1"), ("Pod", "test-job-worker-1"),
@@ -180,7 +180,7 @@ def test_a_finished_jobs_service_whose_pod_is_gone_or_going_is_deleted_all_the_s
     going["metadata"]["deletionTimestamp"] = "2024-01-01T12:00:00Z"
     gone = make_pod(job, "Worker", 1, "Running")
     services = [service_of(job, going), service_of(job, gone)]
-    decision = reconciling.decide(job, owned(job, [going]) + services, NOW, OperatorSettings())
+    decision = deciding.decide(job, owned(job, [going]) + services, NOW, OperatorSettings())
     assert sorted((d.kind, d.name) for d in decision.deletes) == [
         ("Service", "test-job-worker-0"), ("Service", "test-job-worker-1")]
 
@@ -226,7 +226,7 @@ def test_a_job_with_a_recorded_verdict_loses_every_pod_and_service_whatever_its_
     from it) leaves pods; its successor deletes them all, not by cleanPodPolicy None."""
     job = with_annotation(pytorch_job(cleanPodPolicy="None", **run_policy), outcomes.failure_annotation(verdict, NOW))
     job.status = failed_status(verdict) if status == "failed" else common.JobStatus(start_time=NOW)
-    decision = reconciling.decide(job, children(job), NOW, OperatorSettings())
+    decision = deciding.decide(job, children(job), NOW, OperatorSettings())
     assert {(d.kind, d.name) for d in decision.deletes} == ALL_CHILDREN
     assert {d.reason for d in decision.deletes} == {"failed"}
     assert decision.verdict is None, "already recorded: not decided again"
@@ -237,7 +237,7 @@ def test_a_recorded_verdict_leaves_only_what_is_still_there_to_delete() -> None:
     job = with_annotation(pytorch_job(activeDeadlineSeconds=3), outcomes.failure_annotation(DEADLINE, NOW))
     job.status = failed_status(DEADLINE)
     pods = owned(job, [make_pod(job, "Worker", 1, "Running"), make_pod(job, "Worker", 0, "Running", deleting=True)])
-    decision = reconciling.decide(job, pods + [service_of(job, pods[0])], NOW, OperatorSettings())
+    decision = deciding.decide(job, pods + [service_of(job, pods[0])], NOW, OperatorSettings())
     assert [(d.kind, d.name) for d in decision.deletes] == [
         ("Service", "test-job-worker-1"), ("Pod", "test-job-worker-1")]
 
@@ -246,13 +246,13 @@ def test_a_job_that_failed_otherwise_keeps_its_pods_by_clean_pod_policy_none() -
     """Without the annotation (ExitCode permanent failure), a Failed job is a finished job (§6.6)."""
     job = pytorch_job(cleanPodPolicy="None")
     job.status = failed_status(outcomes.Verdict("PyTorchJobFailed", 'job "test-job" is failing', ""))
-    assert reconciling.decide(job, children(job), NOW, OperatorSettings()).deletes == []
+    assert deciding.decide(job, children(job), NOW, OperatorSettings()).deletes == []
 
 
 def test_a_succeeded_job_keeps_clean_pod_policy_even_with_a_verdict_recorded_too_late() -> None:
     job = with_annotation(pytorch_job(cleanPodPolicy="None"), outcomes.failure_annotation(DEADLINE, NOW))
     job.status = common.JobStatus(conditions=[common.JobCondition(type="Succeeded", status="True")])
-    assert reconciling.decide(job, children(job), NOW, OperatorSettings()).deletes == []
+    assert deciding.decide(job, children(job), NOW, OperatorSettings()).deletes == []
 
 
 @pytest.mark.parametrize("value", [
@@ -268,7 +268,7 @@ def test_an_annotation_the_reconciler_does_not_write_counts_for_nothing(value: s
     job = with_annotation(pytorch_job(), value)
     job.status = common.JobStatus(start_time=NOW)
     assert outcomes.recorded_verdict(job) is None
-    decision = reconciling.decide(job, [], NOW, OperatorSettings())
+    decision = deciding.decide(job, [], NOW, OperatorSettings())
     assert decision.deletes == [] and decision.verdict is None
     assert len([m for m in decision.creates if m["kind"] == "Pod"]) == 3
 
@@ -285,7 +285,7 @@ def test_a_new_verdict_says_its_kind_and_round_trips_through_the_annotation(
     job.status = status
     if kind == "validation":
         job.metadata.name = "Test-Job"  # not a DNS label
-    verdict = reconciling.decide(job, children(job), NOW, OperatorSettings()).verdict
+    verdict = deciding.decide(job, children(job), NOW, OperatorSettings()).verdict
     assert verdict is not None and verdict.kind == kind
     assert outcomes.recorded_verdict(with_annotation(job, outcomes.failure_annotation(verdict, NOW))) == verdict
 

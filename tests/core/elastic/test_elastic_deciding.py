@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.elastic import decisions
+from shared.core.elastic import steps
 
 from tests.core.elastic.world import World, training_job
 
@@ -47,7 +47,7 @@ def test_a_job_whose_workers_ended_before_a_pass_saw_them_running_starts_its_lau
     world.set_phase(W1, "Succeeded")
     world.decide()
     assert world.conditions()[-1] == "WorkersReady" and world.status.current_workers == []
-    assert [s.subject for s in world.steps if s.kind == decisions.STEP_WORKER_REMOVED] == [f"{W0}, {W1}"]
+    assert [s.subject for s in world.steps if s.kind == steps.STEP_WORKER_REMOVED] == [f"{W0}, {W1}"]
     world.decide()
     assert world.conditions()[-1] == "LauncherCreated" and ("Pod", LAUNCHER) in world.children
     assert world.children[("ConfigMap", f"{JOB}-config")]["data"]["hostfile"] == ""

@@ -8,7 +8,7 @@ import pytest
 
 from shared.api import mpijobs
 from shared.core import effects, settings
-from shared.core.mpi_v2 import reconciling
+from shared.core.mpi_v2 import deciding
 
 import mpi_v2_builders as b
 
@@ -17,7 +17,7 @@ Decision = effects.Effects
 
 def decide(job: mpijobs.MPIJob, children: list[dict[str, Any]], operator: settings.OperatorSettings = b.OPERATOR,
            **kwargs: Any) -> Decision:
-    return reconciling.decide(job, children, b.NOW, operator, b.new_key, **kwargs)
+    return deciding.decide(job, children, b.NOW, operator, b.new_key, **kwargs)
 
 
 def names(manifests: list[dict[str, Any]]) -> list[str]:
@@ -300,7 +300,7 @@ def test_a_secret_missing_a_key_is_regenerated_and_a_complete_one_is_kept() -> N
     def no_key() -> Any:
         raise AssertionError("a complete Secret needs no new key")
 
-    assert reconciling.decide(job, [service, config, secret, b.worker(job, 0), b.launcher(job)], b.NOW, b.OPERATOR,
+    assert deciding.decide(job, [service, config, secret, b.worker(job, 0), b.launcher(job)], b.NOW, b.OPERATOR,
                               no_key).updates == []
 
 
