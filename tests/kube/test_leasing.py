@@ -1,4 +1,5 @@
-"""Leader election on a Lease of the local cluster (sim/), as client-go does it."""
+"""Leader election on a Lease of the local cluster (sim/), as client-go does it; a leader that cannot
+renew on both tiers (sim/ and kube-apiserver), its renewals refused by the faulting proxy."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from shared.kube import clients, leasing, resources
 from sim import cluster as sim_cluster
 from sim.settings import SimSettings
+from tests.fixtures import faulted as faulted_fixture
 
 NAMESPACE = "default"
 LEASE = "kto-test-lease"
@@ -36,9 +38,10 @@ async def client(cluster: sim_cluster.Cluster) -> AsyncIterator[clients.KubeClie
 class Candidate:
     """An elector run as a task, recording whether its work is running."""
 
-    def __init__(self, client: clients.KubeClient, identity: str, release_on_cancel: bool = True) -> None:
+    def __init__(self, client: clients.KubeClient, identity: str, release_on_cancel: bool = True,
+                 namespace: str = NAMESPACE) -> None:
         self.elector = leasing.LeaderElector(
-            client, NAMESPACE, LEASE, identity, release_on_cancel=release_on_cancel, **TIMING)
+            client, namespace, LEASE, identity, release_on_cancel=release_on_cancel, **TIMING)
         self.leading = asyncio.Event()
         self.terms = 0
         self.stepped_down = 0
@@ -158,18 +161,18 @@ async def test_a_leader_that_sees_another_holder_steps_down_and_stands_by(client
         await alpha.stop()
 
 
-async def test_a_leader_that_cannot_renew_steps_down_by_the_renew_deadline(
-    cluster: sim_cluster.Cluster, client: clients.KubeClient,
-) -> None:
-    alpha = Candidate(client, "alpha")
-    try:
-        await asyncio.wait_for(alpha.leading.wait(), 5)
-        # Every write to the Lease now fails with 409: renewal is impossible.
-        cluster.admin.set_faults("conflict_rate=1;resources=leases.coordination.k8s.io")
-        took = await _until(lambda: not alpha.leading.is_set(), 5)
-        assert took <= TIMING["renew_deadline"] + TIMING["retry_period"] + SLACK
-    finally:
-        await alpha.stop()
+async def test_a_leader_that_cannot_renew_steps_down_by_the_renew_deadline(faulted: faulted_fixture.Faulted) -> None:
+    async with await clients.KubeClient.connect(faulted.kubeconfig, faulted.context) as client:
+        alpha = Candidate(client, "alpha", namespace=faulted.namespace)
+        try:
+            await asyncio.wait_for(alpha.leading.wait(), 5)
+            # Every write to the Lease now fails with 409: renewal is impossible.
+            faulted.set_faults("conflict_rate=1;resources=leases.coordination.k8s.io")
+            took = await _until(lambda: not alpha.leading.is_set(), 5)
+            assert took <= TIMING["renew_deadline"] + TIMING["retry_period"] + SLACK
+            assert faulted.injected("conflict") >= 1
+        finally:
+            await alpha.stop()
 
 
 async def test_work_that_returns_ends_the_campaign_and_releases_the_lease(client: clients.KubeClient) -> None:

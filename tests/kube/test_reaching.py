@@ -1,5 +1,6 @@
-"""A cluster that stops answering, as a worker's client sees it (shared/kube/reaching.py), against
-the local cluster (sim/) with its API made to hang by fault injection, or a port nobody listens on."""
+"""A cluster that stops answering, as a worker's client sees it (shared/kube/reaching.py): on both
+tiers (sim/ and kube-apiserver) with its API made to hang by the faulting proxy in front of it, or
+a port nobody listens on."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import yaml
 from shared.kube import clients, reaching, resources
 from sim import cluster as sim_cluster
 from sim.settings import SimSettings
+from tests.fixtures import faulted as faulted_fixture
 
 QUICK = reaching.ReachSettings(request_timeout=0.5, initial_backoff=0.3, max_backoff=0.6, jitter=0.0)
 
@@ -29,18 +31,17 @@ async def namespace(client: clients.KubeClient) -> None:
 
 
 async def test_requests_nothing_answers_are_cut_then_refused_at_once_until_a_probe_is_answered(
-    cluster: sim_cluster.Cluster,
+    faulted: faulted_fixture.Faulted,
 ) -> None:
     reach = reaching.Reachability("kto-1", QUICK)
     loop = asyncio.get_running_loop()
-    async with (await clients.KubeClient.connect(cluster.kubeconfig, guard=reach) as client,
-                await clients.KubeClient.connect(cluster.kubeconfig) as admin):
+    async with await clients.KubeClient.connect(faulted.kubeconfig, faulted.context, guard=reach) as client:
         await namespace(client)
         with pytest.raises(clients.ApiError) as missing:
             await client.get(resources.NAMESPACES, None, "never")
         assert missing.value.not_found and reach.reachable, "any answer is an answer"
 
-        await admin.request("PUT", "/admin/faults", body={"spec": "latency=get:30s"})
+        faulted.set_faults("latency=get:30s")
         started = loop.time()
         hanging = await asyncio.gather(*(namespace(client) for _ in range(3)), return_exceptions=True)
         # One request waits out request_timeout; the others are cut with it, and no retry
@@ -55,7 +56,7 @@ async def test_requests_nothing_answers_are_cut_then_refused_at_once_until_a_pro
         assert loop.time() - started < 0.1, "not sent at all"
         assert refused.value.retriable and 0 < (refused.value.retry_after or 0) <= QUICK.initial_backoff
 
-        await admin.request("PUT", "/admin/faults", body={"spec": ""})
+        faulted.set_faults("")
         await asyncio.sleep(refused.value.retry_after or 0)
         await namespace(client)  # the probe: answered
         assert reach.reachable

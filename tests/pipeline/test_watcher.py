@@ -1,4 +1,5 @@
-"""The watcher against the local cluster (sim/) and the real broker (Tansu).
+"""The watcher against the local cluster (sim/) and the real broker (Tansu); its relist after a 410
+on both tiers (sim/ and kube-apiserver), the 410 answered by the faulting proxy in front of each.
 
 Records are read back from the jobs topic with a ``group_id=None`` consumer, so
 every assertion is about what a reconciler or status worker would receive.
@@ -28,6 +29,8 @@ from shared.bus.settings import KafkaSettings, client_options
 from shared.kube import clients, resources
 from sim import cluster as sim_cluster
 from sim.settings import SimSettings
+from tests.fixtures import faulted as faulted_fixture
+from tests.fixtures import pipeline as pipeline_fixture
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLUSTER = "kto-1"
@@ -67,8 +70,8 @@ def settings_for(cluster: sim_cluster.Cluster, identity: str = "w1", **overrides
     )
 
 
-def pytorchjob(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": NS}
+def pytorchjob(name: str, annotations: dict[str, str] | None = None, namespace: str = NS) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if annotations:
         meta["annotations"] = annotations
     return {
@@ -87,13 +90,13 @@ def pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
 
 
-def service(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS, "labels": labels},
+def service(name: str, labels: dict[str, str], namespace: str = NS) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "p", "port": 23456}]}}
 
 
-def key(name: str, kind: str = "PyTorchJob") -> str:
-    return f"{CLUSTER}/{NS}/{kind}/{name}"
+def key(name: str, kind: str = "PyTorchJob", namespace: str = NS) -> str:
+    return f"{CLUSTER}/{namespace}/{kind}/{name}"
 
 
 Published = tuple[records.Observation, dict[str, bytes]]
@@ -293,29 +296,35 @@ async def test_a_watcher_that_runs_again_publishes_what_changed_while_it_was_sto
 
 
 async def test_a_410_relists_and_publishes_only_the_differences(
-    cluster: sim_cluster.Cluster, client: clients.KubeClient, bus: KafkaSettings,
+    faulted: faulted_fixture.Faulted, bus: KafkaSettings,
 ) -> None:
-    settings = settings_for(cluster, watch_timeout=1)
+    ns = faulted.namespace
+    settings = WatcherSettings(cluster=CLUSTER, kubeconfig=str(faulted.kubeconfig), context=faulted.context,
+                               identity="w1", lease_duration=1.5, namespace=ns, lease_namespace=ns, watch_timeout=1)
     services = resources.SERVICES
-    async with service_task(running.run(settings, bus), "watcher"):
-        await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("g"))
-        for name in ("g-keep", "g-mod", "g-del"):
-            await client.create(services, NS, service(name, child_labels("g")))
-        await published(bus, key("g"), *[("ADDED", "Service", n) for n in ("g-keep", "g-mod", "g-del")])
-        before = len(await observations(bus, key("g")))
-        # The next watch of services waits 4 s, then answers 410: the changes made
-        # meanwhile can only be found by the relist.
-        cluster.admin.set_faults("latency=watch:4s;gone_rate=1;resources=services")
-        await asyncio.sleep(1.5)
-        await client.create(services, NS, service("g-new", child_labels("g")))
-        await client.patch(services, NS, "g-mod", {"metadata": {"annotations": {"changed": "yes"}}})
-        await client.delete(services, NS, "g-del")
-        found = await published(bus, key("g"), ("ADDED", "Service", "g-new"), ("MODIFIED", "Service", "g-mod"),
-                                ("DELETED", "Service", "g-del"), timeout=20)
-        cluster.admin.set_faults("")
+    async with await clients.KubeClient.connect(faulted.direct, faulted.context) as client:
+        await pipeline_fixture.apply_crds(client)  # a fresh sim has none; the real cluster has them
+        async with service_task(running.run(settings, bus), "watcher"):
+            await client.create(resources.JOB_TYPES["PyTorchJob"], ns, pytorchjob("g", namespace=ns))
+            for name in ("g-keep", "g-mod", "g-del"):
+                await client.create(services, ns, service(name, child_labels("g"), ns))
+            job_key = key("g", namespace=ns)
+            await published(bus, job_key, *[("ADDED", "Service", n) for n in ("g-keep", "g-mod", "g-del")])
+            before = len(await observations(bus, job_key))
+            # The next watch of services waits 4 s, then answers 410: the changes made
+            # meanwhile can only be found by the relist.
+            faulted.set_faults("latency=watch:4s;gone_rate=1;resources=services")
+            await asyncio.sleep(1.5)
+            await client.create(services, ns, service("g-new", child_labels("g"), ns))
+            await client.patch(services, ns, "g-mod", {"metadata": {"annotations": {"changed": "yes"}}})
+            await client.delete(services, ns, "g-del")
+            found = await published(bus, job_key, ("ADDED", "Service", "g-new"), ("MODIFIED", "Service", "g-mod"),
+                                    ("DELETED", "Service", "g-del"), timeout=20)
+            faulted.set_faults("")
     assert sorted(events_of(found[before:])) == sorted([
         ("ADDED", "Service", "g-new"), ("MODIFIED", "Service", "g-mod"), ("DELETED", "Service", "g-del")])
-    assert any(r.get("resource") == "services" and r.get("fault") == "gone" for r in cluster.requests)
+    # Only services are faulted: each 410 the proxy answered was a watch of services.
+    assert faulted.injected("gone") >= 1
 
 
 async def test_live_jobs_are_resynced_periodically(
