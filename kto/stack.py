@@ -106,12 +106,14 @@ class StackSettings:
     """Latency the simulated API servers add to every request, in milliseconds."""
 
     faults: str = ""
-    """Further fault spec for every sim (faulting/faults.py grammar), joined with the latency."""
+    """Further fault spec for every cluster (faulting/faults.py grammar), joined with the latency: a
+    sim injects it itself, a real control plane through a faulting proxy in front of it."""
 
     fault_proxy: bool = False
     """Put a faulting proxy (faulting/proxying.py, in this process) in front of each real cluster and
     point the services at it, so API faults can be set at run time through its ``/admin/faults``
-    (``kto chaos --control-plane kube``); a sim injects them itself."""
+    (``kto chaos --control-plane kube``); a sim injects them itself. A real control plane with a
+    fault spec (latency or faults) gets one whatever this says."""
 
     nodes: int = 4
     """Simulated nodes per cluster."""
@@ -177,8 +179,6 @@ class StackSettings:
         if self.metrics_port_base and not 1024 <= self.metrics_port_base <= 65535 - self.services:
             raise StackError(f"metrics port base {self.metrics_port_base}: need a port from 1024 to "
                              f"{65535 - self.services} ({self.services} services take one each)")
-        if self.control_plane == "kube" and self.fault_spec:
-            raise StackError("API latency and faults are injected by the sim only: use --control-plane sim")
 
     @property
     def part_timeout(self) -> float:
@@ -198,7 +198,8 @@ class StackSettings:
 
     @property
     def fault_spec(self) -> str:
-        """The ``--faults`` given to every sim: the latency clause plus ``faults``."""
+        """The faults of every cluster (a sim's ``--faults``, a real one's proxy): the latency clause
+        plus ``faults``."""
         clauses = [self.faults.strip()] if self.faults.strip() else []
         if self.api_latency_ms > 0:
             clauses.insert(0, f"latency=*:{self.api_latency_ms:g}ms")
@@ -472,8 +473,8 @@ class Stack(lifecycle.Started):
                 raise StackError(f"{sim.name}'s ready line is not 'ready <url> <kubeconfig>' (see {sim.log})")
             self.sim_urls[context] = sim.ready[0]
             sources[context] = pathlib.Path(sim.ready[1])
-            if s.fault_proxy and s.control_plane == "kube":
-                sources[context] = await self._start_proxy(context, sources[context])
+            if s.control_plane == "kube" and (s.fault_proxy or s.fault_spec):
+                sources[context] = await self._start_proxy(context, sources[context], s.fault_spec)
         merged = _merge_kubeconfigs(sources)
         tmp = self.kubeconfig.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(merged, sort_keys=False))
@@ -503,11 +504,12 @@ class Stack(lifecycle.Started):
             self._write_scrape_config()
         await self._start_tier_checked(services)
 
-    async def _start_proxy(self, context: str, kubeconfig: pathlib.Path) -> pathlib.Path:
-        """A faulting proxy (no faults yet) in front of ``kubeconfig``'s cluster; the kubeconfig naming it."""
+    async def _start_proxy(self, context: str, kubeconfig: pathlib.Path, faults: str) -> pathlib.Path:
+        """A faulting proxy in front of ``kubeconfig``'s cluster, ``faults`` in force from the start;
+        the kubeconfig naming it."""
         written = kubeconfig.with_name("proxy.kubeconfig")
         try:
-            proxy = proxying.Proxy(proxying.ProxySettings(kubeconfig, write_kubeconfig=written))
+            proxy = proxying.Proxy(proxying.ProxySettings(kubeconfig, faults=faults, write_kubeconfig=written))
         except proxying.ProxyError as exc:
             raise StackError(f"the faulting proxy of {context}: {exc}") from None
         self.proxies[context] = proxy

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status-workers", type=int, default=s.status_workers,
                         help=f"status-service processes (default {s.status_workers})")
     parser.add_argument("--api-latency", type=float, default=s.api_latency_ms, metavar="MS",
-                        help=f"latency of every simulated API request, in ms (default {s.api_latency_ms:g})")
+                        help=f"latency of every API request, in ms: a sim adds it, a real control plane through a "
+                             f"faulting proxy in front of it (default {s.api_latency_ms:g})")
     parser.add_argument("--partitions", type=int, default=s.partitions,
                         help=f"partitions of the jobs topic (default {s.partitions})")
     parser.add_argument("--nodes", type=int, default=8, help="simulated nodes per cluster (default 8)")

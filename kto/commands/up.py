@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=s.partitions,
                         help=f"partitions of the jobs topic (default {s.partitions})")
     parser.add_argument("--api-latency", type=float, default=s.api_latency_ms, metavar="MS",
-                        help=f"latency every simulated API request gets, in ms (default {s.api_latency_ms:g})")
+                        help=f"latency every API request gets, in ms: a sim adds it, a real control plane through a "
+                             f"faulting proxy in front of it (default {s.api_latency_ms:g})")
     parser.add_argument("--nodes", type=int, default=s.nodes, help=f"simulated nodes per cluster (default {s.nodes})")
     parser.add_argument("--gpus-per-node", type=int, default=s.gpus_per_node,
                         help=f"nvidia.com/gpu per node (default {s.gpus_per_node})")

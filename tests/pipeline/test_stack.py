@@ -181,6 +181,11 @@ def test_the_sims_get_the_latency_as_a_fault_spec(api_latency_ms: float, faults:
     assert settings.fault_spec == expected
 
 
+def test_a_real_control_plane_takes_latency_and_faults_through_its_proxy() -> None:
+    settings = stack.StackSettings(control_plane="kube", api_latency_ms=20, faults="error_rate=0.1")
+    assert settings.fault_spec == "latency=*:20ms;error_rate=0.1"  # no longer refused: a proxy adds it
+
+
 def test_settings_refuse_an_empty_pipeline() -> None:
     with pytest.raises(stack.StackError, match="reconcilers must be at least 1"):
         stack.StackSettings(reconcilers=0)
