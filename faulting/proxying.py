@@ -64,6 +64,10 @@ class ProxySettings:
     """Its port; 0 picks a free one."""
     write_kubeconfig: pathlib.Path | None = None
     """Where to write a kubeconfig whose server is the proxy (same context name and user); None: nowhere."""
+    shutdown_timeout: float = 1.0
+    """Seconds :meth:`Proxy.stop` gives the requests it is still serving before it cancels them. A watch
+    whose client has gone is among them until its next event comes from upstream, so a stop with a watch
+    open takes this long: the tests, whose every pipeline stops one, give 0.1 s."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,7 +267,8 @@ class Proxy:
             connector=aiohttp.TCPConnector(ssl=self.upstream.ssl if self.upstream.ssl is not None else True, limit=0),
             auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=self.settings.shutdown_timeout)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.port, reuse_address=True, backlog=1024)
         await site.start()

@@ -238,8 +238,9 @@ async def test_the_console_shows_a_pytorchjob_live_from_submission_to_succeeded(
         assert down[0].startswith(f"{DEAD} cannot answer: "), down
         assert await page.texts(f'#clusters [data-cluster="{CLUSTER}"].down') == []
 
-        # Submitted while the page is open: the row comes without a reload, and moves to Running.
-        await pipeline.submit(pytorchjob("console-demo", 25))
+        # Submitted while the page is open: the row comes without a reload, and moves to Running. Its pods
+        # run 15 s, three times what the checks of the running job below take (under load too).
+        await pipeline.submit(pytorchjob("console-demo", 15))
         await pipeline.submit(tfjob("other-tf"))
         row = await page.row(key)
         assert row["cluster"] == CLUSTER and row["namespace"] == ns and row["kind"] == "PyTorchJob"
@@ -270,7 +271,7 @@ async def test_the_console_shows_a_pytorchjob_live_from_submission_to_succeeded(
         await page.until(lambda: page._texts("#name") == ["console-demo"], "the job page")
         await page.mark()
         state = (await page.texts("#state"))[0]
-        assert state == "Running", f"the job page opened in state {state!r}: the pods run 25 s"
+        assert state == "Running", f"the job page opened in state {state!r}: the pods run 15 s"
         await page.until(lambda: {"Created", "Running"} <= set(page._texts("#conditions tbody tr td:first-child")),
                          "the conditions")
         replicas = await page.until(lambda: page._texts("#replicas tbody tr"), "the replica statuses")

@@ -22,11 +22,10 @@ async def start_reconciler_process(pipeline: Pipeline) -> subprocess.Popen[str]:
 
 
 async def start_worker_process(pipeline: Pipeline, command: str, group: str, *args: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ, **pipeline.kafka.to_env(),
-        "KTO_KAFKA_SESSION_TIMEOUT_MS": "6000",
-        "KTO_KAFKA_HEARTBEAT_INTERVAL_MS": "300",
-    }
+    # The tier's own group timing: on Tansu a 2 s session (it answers a JoinGroup only after half of it,
+    # so a longer one holds every join and a killed member's partitions for seconds), on Kafka 6 s (its
+    # least, group.min.session.timeout.ms); 0.3 s heartbeats on both.
+    env = {**os.environ, **pipeline.kafka.to_env()}
     process = subprocess.Popen(
         [sys.executable, "-m", "kto", command, "--kubeconfig", str(pipeline.services_config), "--group", group, *args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,

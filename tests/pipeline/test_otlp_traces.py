@@ -109,10 +109,11 @@ async def _start(command: list[str], env: dict[str, str], log: pathlib.Path) -> 
 
 def otlp_env(pipeline: Pipeline, endpoint: str, **extra: str) -> dict[str, str]:
     """The environment of services configured only by the standard OTEL_* variables (spans to
-    ``endpoint``), the pipeline's Kafka settings and ``extra``."""
+    ``endpoint``), the pipeline's Kafka settings (the tier's group timing, as in test_crashes.py) and
+    ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KTO_TRACES"))}
     env.update(pipeline.kafka.to_env(), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_BSP_SCHEDULE_DELAY="200",
-               KTO_KAFKA_SESSION_TIMEOUT_MS="6000", KTO_KAFKA_HEARTBEAT_INTERVAL_MS="300", **extra)
+               **extra)
     return env
 
 

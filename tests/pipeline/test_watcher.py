@@ -413,7 +413,8 @@ async def test_when_the_broker_comes_back_empty_everything_is_republished(
     kafka = embedded.settings
     port = int(kafka.bootstrap.rsplit(":", 1)[1])
     try:
-        async with service_task(running.run(settings_for(cluster), kafka), "watcher"):
+        # A resync every 5 s (30 s by default): its publish is what first meets the empty broker.
+        async with service_task(running.run(settings_for(cluster, resync_interval=5.0), kafka), "watcher"):
             await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("o"))
             await published(kafka, key("o"), ("ADDED", "PyTorchJob", "o"))
             await embedded.stop()
