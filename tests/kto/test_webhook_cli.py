@@ -176,6 +176,7 @@ async def test_healthz_answers_within_100_ms_while_a_3_mib_review_is_decided_and
             return answer
 
         await healthz()  # the TLS handshake, once
+        worst: list[float] = []
         for _ in range(3):
             deciding = [asyncio.create_task(review()) for _ in range(2)]
             took = []
@@ -185,7 +186,12 @@ async def test_healthz_answers_within_100_ms_while_a_3_mib_review_is_decided_and
             for task in deciding:
                 answer = task.result()
                 assert answer["response"]["uid"] == "u-1", answer
-            assert took and max(took) < 0.1, f"/healthz took {max(took) * 1000:.0f} ms while deciding"
+            assert took
+            worst.append(max(took))
+        # Decided on the event loop, a probe made during each decision would wait for it, in every
+        # round; off it, they answer at once (a round may meet a busy moment of a loaded machine).
+        assert sorted(worst)[1] < 0.1, f"/healthz took {', '.join(f'{w * 1000:.0f}' for w in worst)} ms at most " \
+                                       "in the three rounds of deciding"
 
     async with aiohttp.ClientSession() as reviews:
         # 4 MiB is refused from its Content-Length, before the body is read: 413 with a review saying so.
