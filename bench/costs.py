@@ -172,7 +172,7 @@ class _Log:
     bytes_by_type: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
-async def log_figures(bus: Any, since_ms: int) -> _Log:
+async def _log_figures(bus: Any, since_ms: int) -> _Log:
     """The records of the jobs topic from ``since_ms``, counted."""
     log = _Log()
     async for raw in reading.scan(bus, accept=lambda key: True, since_ms=since_ms):
@@ -201,7 +201,7 @@ async def measure(
     """The ``costs`` figures of a run that began at ``before`` (``cpu``: seconds each process used)."""
     jobs = sum(jobs_by_cluster.values())
     elapsed = time.monotonic() - before.monotonic
-    log = await log_figures(running.kafka, before.wall_ms)
+    log = await _log_figures(running.kafka, before.wall_ms)
     count = log.count
     after = memory(running)
     per_service: dict[str, float] = collections.defaultdict(float)

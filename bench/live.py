@@ -215,7 +215,6 @@ async def run(running: Running, settings: LiveSettings, progress: Callable[[str]
     jobs_by_cluster = dict(collections.Counter(context for context, _ in names))
     run_costs = await costs.measure(running, before, used, jobs_by_cluster, settings.objects_per_job,
                                     settings.namespace)
-    log = await costs.log_figures(running.kafka, before.wall_ms)
     n, objects = settings.jobs, settings.jobs * settings.objects_per_job
 
     def growth_kb(name: str, per: int) -> float:
@@ -240,10 +239,9 @@ async def run(running: Running, settings: LiveSettings, progress: Callable[[str]
         "rss_kb_per_live_job": {name: growth_kb(name, n) for name in sorted(rss_after)},
         "rss_kb_per_object": {name: growth_kb(name, objects) for name in sorted(rss_after)},
         "topic": {
-            "records": log.count,
-            "records_per_job": round(log.count / n, 2),
-            "bytes": log.size,
-            "bytes_per_job": round(log.size / n),
+            "records": run_costs["records"],
+            "records_per_job": run_costs["records_per_job"],
+            "bytes_per_job": run_costs["broker_bytes_per_job"],
             "disk_bytes": disk,
             "disk_bytes_per_job": round(disk / n) if disk is not None else None,
         },
