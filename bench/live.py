@@ -32,8 +32,10 @@ How each figure is taken (one clock: this process's ``time.monotonic()``):
   service in ``cpu_ms_per_job_by_service``;
 * ``topic`` — the records on the jobs topic from the first POST (read back
   from the broker: bench/costs.py): their count and payload bytes (key, value,
-  headers) per job; on Kafka also ``disk_bytes``, the size of the topic's
-  partition directories in its ``log.dirs`` (segments and indexes, as stored);
+  headers) per job; on Kafka also, in its ``log.dirs``, ``segment_bytes``: the
+  size of the topic's segment files (the records as stored, with Kafka's batch
+  framing), and ``disk_bytes``: the blocks its partition directories take
+  (segments and indexes; an index file is preallocated, 10 MiB, but sparse);
   Tansu keeps its log in memory, in the broker's ``rss_mb``;
 * ``costs`` — bench/costs.py's figures over the same span (records by type,
   API requests per job per cluster …).
@@ -223,7 +225,7 @@ async def run(running: Running, settings: LiveSettings, progress: Callable[[str]
     by_service: dict[str, float] = collections.defaultdict(float)
     for name, seconds in used.items():
         by_service[costs.service_of(name, running.contexts)] += seconds
-    disk = _topic_disk_bytes(running)
+    segments, disk = _topic_disk_bytes(running) or (None, None)
     return {
         "live_jobs": n,
         "live_pods": n * settings.replicas,
@@ -242,6 +244,8 @@ async def run(running: Running, settings: LiveSettings, progress: Callable[[str]
             "records": run_costs["records"],
             "records_per_job": run_costs["records_per_job"],
             "bytes_per_job": run_costs["broker_bytes_per_job"],
+            "segment_bytes": segments,
+            "segment_bytes_per_job": round(segments / n) if segments is not None else None,
             "disk_bytes": disk,
             "disk_bytes_per_job": round(disk / n) if disk is not None else None,
         },
@@ -294,23 +298,27 @@ async def _reporting(seen: _Progress, started: float, progress: Callable[[str], 
         progress(seen.line(started))
 
 
-def _topic_disk_bytes(running: Running) -> int | None:
-    """Bytes of the jobs topic's partition directories in the stack's own Kafka's ``log.dirs``
-    (realparts/kafka.py: ``<state-dir>/kafka/data``); None for Tansu (in memory) or a broker elsewhere."""
+def _topic_disk_bytes(running: Running) -> tuple[int, int] | None:
+    """The size of the jobs topic's segment files and the bytes of disk its partition directories take,
+    in the stack's own Kafka's ``log.dirs`` (realparts/kafka.py: ``<state-dir>/kafka/data``); None for
+    Tansu (in memory) or a broker elsewhere."""
     data = running.state_dir / "kafka" / "data"
     if not data.is_dir():
         return None
     topic = running.kafka.jobs_topic
     partitions = [d for d in data.iterdir() if d.is_dir() and d.name.rpartition("-")[0] == topic
                   and d.name.rpartition("-")[2].isdigit()]
-    return sum(f.stat().st_size for d in partitions for f in d.iterdir() if f.is_file())
+    files = [(f.suffix, f.stat()) for d in partitions for f in d.iterdir() if f.is_file()]
+    return (sum(stat.st_size for suffix, stat in files if suffix == ".log"),
+            sum(stat.st_blocks * 512 for _, stat in files))
 
 
 def table(figures: dict[str, Any]) -> list[str]:
     """The figures as lines for a reader: the times, then one row per process."""
     n = figures["live_jobs"]
     topic = figures["topic"]
-    disk = f", {topic['disk_bytes_per_job']:,} on disk" if topic["disk_bytes"] is not None else ""
+    disk = (f", {topic['segment_bytes_per_job']:,} in Kafka's segments, {topic['disk_bytes_per_job']:,} of disk"
+            if topic["disk_bytes"] is not None else "")
     lines = [
         f"{n:,} live jobs, {figures['live_pods']:,} pods, {figures['objects']:,} objects",
         f"first submit -> all submitted {figures['first_submit_to_all_submitted_s']:.1f}s "
