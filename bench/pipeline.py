@@ -251,7 +251,7 @@ def _reflects(replica_statuses: dict[str, Any], rtype: str, phase: str, k: int) 
     return int(status.get("active") or 0) + succeeded + int(status.get("failed") or 0) >= k
 
 
-async def _watching(
+async def watching(
     client: clients.KubeClient, rt: resources.ResourceType, namespace: str, handle: Any, stop: asyncio.Event,
 ) -> None:
     """List then watch ``rt`` until ``stop``; relist on 410, reconnect when a watch ends."""
@@ -399,10 +399,10 @@ async def _follow(
         watches = []
         for context, client in kube.items():
             watches.append(group.create_task(
-                _watching(client, resources.PODS, settings.namespace, on_pod(context), stop),
+                watching(client, resources.PODS, settings.namespace, on_pod(context), stop),
                 name=f"bench-watch-pods-{context}"))
             watches.append(group.create_task(
-                _watching(client, PYTORCHJOBS, settings.namespace, on_job(context), stop),
+                watching(client, PYTORCHJOBS, settings.namespace, on_job(context), stop),
                 name=f"bench-watch-jobs-{context}"))
         await asyncio.sleep(0.3)  # let the watches start before the first job
         started = time.monotonic()

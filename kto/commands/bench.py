@@ -13,6 +13,10 @@ CPU per record, API requests per job per cluster, broker bytes, memory).
 With ``--freeze SECONDS`` (two clusters or more) the same stack then times
 jobs of the other clusters while the last one is frozen, and the frozen
 cluster's catch-up once thawed (bench/freezing.py): the ``freeze`` figures.
+With ``--live-jobs N`` it runs another load instead (bench/live.py): N jobs whose
+pods keep running, submitted as fast as the API server takes them and held;
+the time they took to materialise, each process's memory and CPU with N live,
+the bytes on the jobs topic; a table on stderr, the JSON on stdout.
 """
 
 from __future__ import annotations
@@ -25,23 +29,35 @@ from typing import Any
 
 from kto import serving
 
-HELP = "Benchmark the pipeline: PyTorchJobs at a fixed rate through a local stack; prints one JSON object."
+HELP = ("Benchmark the pipeline: PyTorchJobs at a fixed rate through a local stack (or --live-jobs N kept "
+        "running); prints one JSON object.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bench.live import PODS_PER_NODE, LiveSettings
     from bench.pipeline import PipelineSettings
     from kto import stack
     from kto.cli import default_of
     from services.reconciler.settings import ReconcilerSettings
 
     serving.add_backend_arguments(parser)
-    b, s = PipelineSettings(), stack.StackSettings()
-    parser.add_argument("--jobs", type=int, default=b.jobs, help=f"jobs to submit (default {b.jobs})")
-    parser.add_argument("--rate", type=float, default=b.rate,
+    b, s, live = PipelineSettings(), stack.StackSettings(), LiveSettings()
+    parser.add_argument("--jobs", type=int, default=None, help=f"jobs to submit (default {b.jobs})")
+    parser.add_argument("--rate", type=float, default=None,
                         help=f"jobs per second; 0 = all at once (default {b.rate:g})")
+    parser.add_argument("--live-jobs", type=int, default=None, metavar="N",
+                        help="instead of --jobs/--rate: N jobs whose pods keep running, submitted as fast as the "
+                             "API server takes them; once all are Running with every pod, held --hold seconds, "
+                             "then each process's memory and CPU and the bytes on the jobs topic are measured "
+                             "(a table on stderr, JSON on stdout; exit 1 naming how many materialised if not all "
+                             "did within --timeout). Not with --jobs, --rate, --pod-duration, --freeze, --idle or "
+                             "--operator training-operator")
+    parser.add_argument("--hold", type=float, default=live.hold, metavar="SECONDS",
+                        help=f"--live-jobs: seconds every job stays live before the stack is measured "
+                             f"(default {live.hold:g})")
     parser.add_argument("--replicas", type=int, default=b.replicas,
                         help=f"pods per job: 1 Master + N-1 Workers (default {b.replicas})")
-    parser.add_argument("--pod-duration", default=b.pod_duration,
+    parser.add_argument("--pod-duration", default=None,
                         help=f"how long the sim runs each pod (default {b.pod_duration})")
     parser.add_argument("--clusters", type=int, default=s.clusters, help=f"simulated clusters (default {s.clusters})")
     parser.add_argument("--reconcilers", type=int, default=s.reconcilers,
@@ -56,9 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"faulting proxy in front of it (default {s.api_latency_ms:g})")
     parser.add_argument("--partitions", type=int, default=s.partitions,
                         help=f"partitions of the jobs topic (default {s.partitions})")
-    parser.add_argument("--nodes", type=int, default=8, help="simulated nodes per cluster (default 8)")
-    parser.add_argument("--timeout", type=float, default=b.timeout,
-                        help=f"seconds every job has to succeed (default {b.timeout:g})")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help="simulated nodes per cluster (default 8; with --live-jobs, enough for every pod at "
+                             f"{PODS_PER_NODE} a node)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds every job has to succeed (default {b.timeout:g}); with --live-jobs, to be "
+                             f"Running with every pod (default {live.timeout:g})")
     parser.add_argument("--ceiling-creates", type=int, default=400,
                         help="pods POSTed to measure the create ceiling (default 400)")
     parser.add_argument("--freeze", type=float, default=0.0, metavar="SECONDS",
@@ -86,17 +105,17 @@ def run(args: argparse.Namespace) -> int:
     from kto.cli import UserError
     from services.reconciler.settings import ReconcilerSettings
 
+    if args.live_jobs is not None:
+        return _live(args)
+    defaults = pipeline.PipelineSettings()
     try:
         bench_settings = pipeline.PipelineSettings(
-            jobs=args.jobs, rate=args.rate, replicas=args.replicas, pod_duration=args.pod_duration,
-            timeout=args.timeout,
+            jobs=defaults.jobs if args.jobs is None else args.jobs,
+            rate=defaults.rate if args.rate is None else args.rate, replicas=args.replicas,
+            pod_duration=args.pod_duration or defaults.pod_duration,
+            timeout=defaults.timeout if args.timeout is None else args.timeout,
         )
-        stack_settings = stack.StackSettings(
-            state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
-            status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
-            nodes=args.nodes, control_plane=args.control_plane, broker=args.broker,
-            reconciler_concurrency=args.reconciler_concurrency,
-        )
+        stack_settings = _stack_settings(args, 8 if args.nodes is None else args.nodes)
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
     if args.operator == "training-operator":
@@ -107,13 +126,100 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--freeze needs --clusters 2 or more: one cluster is frozen, the others are timed")
         slots = args.reconciler_concurrency or ReconcilerSettings(kubeconfig=None).concurrency
         freeze = freezing.FreezeSettings(seconds=args.freeze, frozen_jobs=slots + 2, replicas=args.replicas,
-                                         pod_duration=args.pod_duration)
+                                         pod_duration=bench_settings.pod_duration)
     try:
         figures = asyncio.run(_bench(stack_settings, bench_settings, args.ceiling_creates, args.idle, freeze))
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
     print(json.dumps(figures, indent=2))
     return 0
+
+
+def _stack_settings(args: argparse.Namespace, nodes: int) -> Any:
+    """The benchmark's stack from the flags (a ``kto.stack.StackSettings``; StackError for bad ones)."""
+    from kto import stack
+
+    return stack.StackSettings(
+        state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
+        status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
+        nodes=nodes, control_plane=args.control_plane, broker=args.broker,
+        reconciler_concurrency=args.reconciler_concurrency,
+    )
+
+
+def _live(args: argparse.Namespace) -> int:
+    """``--live-jobs N``: bench/live.py on a fresh stack; the table on stderr, the JSON on stdout."""
+    import asyncio
+    import json
+    import sys
+
+    from bench import live, pipeline
+    from kto import stack
+    from kto.cli import UserError
+
+    given = [flag for flag, value in (("--jobs", args.jobs), ("--rate", args.rate),
+                                      ("--pod-duration", args.pod_duration)) if value is not None]
+    given += [flag for flag, value in (("--freeze", args.freeze), ("--idle", args.idle)) if value > 0]
+    if args.operator != "kto":
+        given.append("--operator training-operator")
+    if given:
+        raise UserError(f"--live-jobs runs a load of its own: not with {', '.join(given)}")
+    try:
+        settings = live.LiveSettings(
+            jobs=args.live_jobs, replicas=args.replicas, hold=args.hold,
+            timeout=live.LiveSettings().timeout if args.timeout is None else args.timeout,
+        )
+        stack_settings = _stack_settings(
+            args, live.nodes_for(settings, args.clusters) if args.nodes is None else args.nodes)
+    except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    try:
+        figures = asyncio.run(_live_run(stack_settings, settings))
+    except stack.StackError as exc:
+        raise UserError(str(exc)) from None
+    except pipeline.BenchError as exc:
+        _progress(str(exc))
+        return 1
+    figures["parameters"] = {
+        "live_jobs": settings.jobs, "replicas": settings.replicas, "hold_s": settings.hold,
+        "clusters": stack_settings.clusters, "reconcilers": stack_settings.reconcilers,
+        "status_workers": stack_settings.status_workers, "partitions": stack_settings.partitions,
+        "nodes": stack_settings.nodes, "api_latency_ms": stack_settings.api_latency_ms,
+        "control_plane": stack_settings.control_plane, "broker": stack_settings.broker,
+        "reconciler_concurrency": stack_settings.reconciler_concurrency,
+    }
+    for line in live.table(figures):
+        print(line, file=sys.stderr)
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+async def _live_run(stack_settings: object, settings: object) -> dict[str, Any]:
+    import time
+
+    from bench import live
+    from kto import stack
+
+    assert isinstance(stack_settings, stack.StackSettings)
+    assert isinstance(settings, live.LiveSettings)
+    _forget_last_run(stack_settings.state_dir)
+    _progress(f"starting the stack ({stack_settings.nodes} nodes per cluster)")
+    began = time.monotonic()
+    async with stack.Stack(stack_settings) as running:
+        _progress(f"stack ready in {time.monotonic() - began:.1f}s; submitting {settings.jobs} live jobs "
+                  f"of {settings.replicas} pods")
+        figures = await live.run(running, settings, _progress)
+        _check_alive(running, "during the run")
+    return figures
+
+
+def _check_alive(running: Any, when: str) -> None:
+    """StackError naming every child of the stack that ended ``when``."""
+    from kto import stack
+
+    died = running.exits()
+    if died:
+        raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} {when} (see {e.log})" for e in died))
 
 
 def _upstream(args: argparse.Namespace, stack_settings: object, bench_settings: object) -> int:
@@ -196,10 +302,7 @@ async def _bench(
         result = await pipeline.run(pipeline.Target(running.kubeconfig, tuple(running.contexts), running.audit_logs),
                                     bench_settings)
         cpu_after, wall = running.cpu_seconds(), time.monotonic() - wall_before
-        died = running.exits()
-        if died:
-            raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the run (see {e.log})"
-                                             for e in died))
+        _check_alive(running, "during the run")
         used = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_before}
         _progress("reading back the run's records for the per-record costs")
         jobs_by_cluster = collections.Counter(context for context, _ in result.jobs)
@@ -209,10 +312,7 @@ async def _bench(
         if freeze is not None:
             _progress(f"freezing {running.contexts[-1]} for {freeze.seconds:g}s while the other clusters get jobs")
             frozen = await freezing.run(running, freeze)
-            died = running.exits()
-            if died:
-                raise stack.StackError("; ".join(f"{e.name} exited with code {e.code} during the freeze "
-                                                 f"(see {e.log})" for e in died))
+            _check_alive(running, "during the freeze")
         _progress("replaying the whole log (kto replay --all)")
         replayed = await replaying.replay_log(running.kafka)
     figures = result.figures()
