@@ -37,7 +37,7 @@ from opentelemetry import trace
 from shared import tracing
 from shared import lifecycle
 from shared.bus import errors, events, records, retrying, signing, spans
-from shared.bus.settings import KafkaSettings, client_options
+from shared.bus.settings import KafkaSettings, client_options, compression_type
 
 _tracer = trace.get_tracer("kto.bus")
 log = logging.getLogger("kto.bus")
@@ -156,6 +156,7 @@ class Publisher(lifecycle.Started):
                     enable_idempotence=idempotent,
                     acks="all",
                     linger_ms=self._settings.linger_ms,
+                    compression_type=compression_type(self._settings),
                 )
                 try:
                     await producer.start()

@@ -86,6 +86,7 @@ def bad(tmp_path: pathlib.Path, issued: tuple[pathlib.Path, certifying.Issued], 
         "certificate-without-protocol": {k: v for k, v in mtls.items() if k != "KTO_KAFKA_SECURITY_PROTOCOL"},
         "key-of-another-certificate": {**mtls, "KTO_KAFKA_SSL_KEYFILE": str(other.key)},
         "ca-not-pem": {**mtls, "KTO_KAFKA_SSL_CAFILE": str(not_pem)},
+        "compression": {"KTO_KAFKA_COMPRESSION": "brotli"},
     }[case]
 
 
@@ -101,6 +102,7 @@ def bad(tmp_path: pathlib.Path, issued: tuple[pathlib.Path, certifying.Issued], 
                  id="certificate-without-protocol"),
     pytest.param("key-of-another-certificate", "KTO_KAFKA_SSL_KEYFILE: ", id="key-of-another-certificate"),
     pytest.param("ca-not-pem", "KTO_KAFKA_SSL_CAFILE: ", id="ca-not-pem"),
+    pytest.param("compression", "KTO_KAFKA_COMPRESSION: must be one of zstd, lz4, gzip, none", id="compression"),
 ])
 def test_what_kto_cannot_use_is_one_line_naming_the_variable(
     tmp_path: pathlib.Path, issued: tuple[pathlib.Path, certifying.Issued], case: str, said: str,
