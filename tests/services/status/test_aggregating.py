@@ -20,17 +20,7 @@ from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, connecting, resources
 from sim import cluster as sim_cluster_module
-from tests.fixtures.pipeline import apply_crds
 from tests.services.reconciler.test_applying import NAME, NAMESPACE, PYTORCHJOBS, decisions, pytorchjob
-
-
-@pytest.fixture
-async def client(sim_cluster: sim_cluster_module.Cluster) -> AsyncIterator[clients.KubeClient]:
-    clusters = connecting.ClusterClients(sim_cluster.kubeconfig)
-    client = await clusters.get(sim_cluster.settings.context)
-    await apply_crds(client)
-    yield client
-    await clusters.close()
 
 
 @pytest.fixture
