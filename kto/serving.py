@@ -44,7 +44,9 @@ counting frees all but cycles at once, whatever the thresholds; only cycles wait
 def lean_collector() -> None:
     """Freeze what the service made before it serves (modules, models, schemas: kept for the
     process's life, never garbage) so that no collection walks it again, and collect less often
-    (:data:`GC_THRESHOLDS`)."""
+    (:data:`GC_THRESHOLDS`). For the process of a bus worker (``kto watcher``, ``kto reconciler``,
+    ``kto status-service``), called by its command before :func:`serve`: it is the process's
+    collector that changes."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -84,7 +86,6 @@ def serve(service: Callable[[], Awaitable[None]], *, kafka: KafkaSettings | None
                 loop.remove_signal_handler(signum)
 
     configure_logging()
-    lean_collector()
     try:
         asyncio.run(main())
     except Exception as exc:
