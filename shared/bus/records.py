@@ -548,34 +548,42 @@ def _redacted(obj: dict[str, Any], digest_key: bytes, *, decision: bool) -> tupl
                 continue  # dropped whole
             # The objects a basis carries (``object``) are redacted as objects, not as detail.
             stack.append((child, [*keys, key], in_detail and key != "object"))
-    result: Any = obj
-    for edit_keys, value in edits:
-        result = _replaced(result, edit_keys, value)
-    return result, [_path(edit_keys) for edit_keys, _ in edits]
+    if not edits:
+        return obj, []
+    paths: dict[tuple[str | int, ...], str] = {(): ""}
+    return _replaced(obj, edits), [_path(tuple(edit_keys), paths) for edit_keys, _ in edits]
 
 
-def _path(keys: list[str | int]) -> str:
-    """The field path of ``keys`` (:func:`shared.api.limits.segment`: ``a.b[0]``); an index is an
-    ``int``, any other key is named by its text."""
-    path = ""
-    for key in keys:
-        path = limits.segment(path, key if type(key) is int else str(key))
+def _path(keys: tuple[str | int, ...], paths: dict[tuple[str | int, ...], str]) -> str:
+    """The field path of ``keys`` (:func:`shared.api.limits.segment`: ``a.b[0]``; an index is an
+    ``int``, any other key is named by its text), its parents' kept in ``paths`` for the next."""
+    known = len(keys)
+    while keys[:known] not in paths:
+        known -= 1
+    path = paths[keys[:known]]
+    for end in range(known + 1, len(keys) + 1):
+        key = keys[end - 1]
+        path = paths[keys[:end]] = limits.segment(path, key if type(key) is int else str(key))
     return path
 
 
-def _replaced(node: Any, keys: list[str | int], value: Any) -> Any:
-    """A copy of ``node`` with ``value`` at ``keys`` (removed for ``_DROP``); containers
-    off the path are shared."""
+def _replaced(node: dict[str, Any], edits: list[tuple[list[str | int], Any]]) -> dict[str, Any]:
+    """A copy of ``node`` with each edit's value at its keys (removed for ``_DROP``), in order;
+    each container on the way to an edit is copied once, those off the way are shared."""
     top = node.copy()
-    current = top
-    for key in keys[:-1]:
-        child = current[key].copy()
-        current[key] = child
-        current = child
-    if value is _DROP:
-        del current[keys[-1]]
-    else:
-        current[keys[-1]] = value
+    copies = {id(top)}
+    for keys, value in edits:
+        current = top
+        for key in keys[:-1]:
+            child = current[key]
+            if id(child) not in copies:
+                child = current[key] = child.copy()
+                copies.add(id(child))
+            current = child
+        if value is _DROP:
+            del current[keys[-1]]
+        else:
+            current[keys[-1]] = value
     return top
 
 
