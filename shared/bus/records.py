@@ -573,7 +573,7 @@ def _replaced(node: dict[str, Any], edits: list[tuple[list[str | int], Any]]) ->
     top = node.copy()
     copies = {id(top)}
     for keys, value in edits:
-        current = top
+        current: Any = top
         for key in keys[:-1]:
             child = current[key]
             if id(child) not in copies:
