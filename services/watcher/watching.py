@@ -8,7 +8,9 @@ MPIJob v2beta1, et-operator's TrainingJob), of a child that carries the job-name
 label (:data:`CHILD_TYPES`: pods, Services, ConfigMaps, ServiceAccounts, Roles,
 RoleBindings, an MPIJob v2beta1's launcher Job), or of an object tied to a job
 otherwise (:data:`UNLABELLED_TYPES`: the HPA and PodGroups it owns, the scalers
-naming it), keyed by the job key. Never a Secret.
+naming it), keyed by the job key. Never a Secret. Each object is published, and kept in
+the :class:`Inventory`, as its kind's projection (:mod:`shared.api.projections`): a pod
+without its containers' specs.
 
 Per resource type: list, then watch from the list's resourceVersion; BOOKMARKs
 move the resourceVersion on; a broken connection resumes from the last
@@ -42,6 +44,7 @@ from opentelemetry import trace
 from services.watcher import mapping
 from services.watcher.settings import WatcherSettings
 from shared import metrics, tracing
+from shared.api import projections
 from shared.bus import events, producing, records
 from shared.kube import clients, resources
 
@@ -111,7 +114,7 @@ def selector_for(rt: resources.ResourceType) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Known:
-    """An object as last published."""
+    """An object as last published: its kind's projection (:mod:`shared.api.projections`)."""
 
     uid: str
     resource_version: str
@@ -366,6 +369,9 @@ class Watcher:
         if event not in ("ADDED", "MODIFIED", "DELETED", "RESYNCED"):
             log.warning("%s: ignoring watch event of type %r", rt.plural, event)
             return
+        # Only what kto reads is published and kept (shared.api.projections); the rest of
+        # the object is on the API server, and is released here.
+        obj = projections.project(obj, rt.kind)
         meta = _meta(obj)
         ident = _ident(obj)
         version = str(meta.get("resourceVersion") or "")
@@ -425,6 +431,7 @@ class Watcher:
             object_kind=kind,
             event=event,
             object=obj,
+            projection=projections.VERSION if projections.projects(kind) else 0,
         )
         with _tracer.start_as_current_span(
             f"watch {event} {kind}",

@@ -8,7 +8,9 @@ name) never rolls the view back; a deletion removes only the incarnation it
 names. A record of the job that is older than the view asks for a re-read
 (``reread``): the API server, not a record, settles which is right. So does
 it for an annotation a worker acts on (kto's failure verdict): one the API
-server has not returned is ``unconfirmed``, and is read again. Pure: no I/O.
+server has not returned is ``unconfirmed``, and is read again. Every child is held as
+its kind's projection (:func:`shared.api.projections.project`: what decisions read), whether
+it came in a record or from the API server, so a decision never depends on which. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shared.api import objects
+from shared.api import objects, projections
 
 Manifest = dict[str, Any]
 ChildKey = tuple[str, str]
@@ -61,6 +63,20 @@ def relevant_state(obj: Manifest) -> tuple[Any, ...]:
         for c in status.get("containerStatuses") or []
     )
     return (*common, status.get("phase"), containers)
+
+
+FINISHED = frozenset({"Succeeded", "Failed"})
+"""Condition types that, True, say a job has finished (every family's)."""
+
+
+def finished(job: Manifest | None) -> bool:
+    """Whether ``job`` says it finished: a ``Succeeded`` or ``Failed`` condition that is True.
+    What lets a worker release its view of the job (docs/architecture.md, "Views of finished
+    jobs"): a record that comes later is taken into a view read afresh from the API server."""
+    status = (job or {}).get("status")
+    found = status.get("conditions") if isinstance(status, dict) else None
+    return any(isinstance(c, dict) and c.get("type") in FINISHED and c.get("status") == "True"
+               for c in found or ())
 
 
 _uid = objects.uid_of
@@ -131,6 +147,7 @@ class JobView:
         a redelivered one) is not taken, and sets :attr:`reread`: if the view is
         ahead of the cluster because a record lied about its version, only reading
         the API server can tell."""
+        obj = projections.project(obj)
         uid = _uid(obj)
         if deleted:
             if self.job is None or _uid(self.job) == uid:
@@ -152,6 +169,7 @@ class JobView:
             self.job, self.gone, self.confirmed, self.from_server = None, True, False, None
             self.children.clear()
             return
+        obj = projections.project(obj)
         if self.job is not None and _uid(self.job) != _uid(obj):
             self.children.clear()
         self.job, self.gone, self.confirmed, self.reread = obj, False, True, False
@@ -170,11 +188,12 @@ class JobView:
         read (``held``), those it lacks are gone; children first observed meanwhile are kept."""
         self.drop_children(held - {child_key(c) for c in listed})
         for child in listed:
-            self.children[child_key(child)] = child
+            self.children[child_key(child)] = projections.project(child)
 
     def observe_child(self, obj: Manifest, deleted: bool) -> bool:
         """Take in a child; True if what decisions and statuses look at changed
         (:func:`relevant_state`), False for a change nothing depends on."""
+        obj = projections.project(obj)
         key = child_key(obj)
         current = self.children.get(key)
         if deleted:
