@@ -114,12 +114,21 @@ def selector_for(rt: resources.ResourceType) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Known:
-    """An object as last published: its kind's projection (:mod:`shared.api.projections`)."""
+    """An object as last published: its kind's projection (:mod:`shared.api.projections`), packed."""
 
     uid: str
     resource_version: str
-    object: dict[str, Any]
+    packed: projections.Packed
     key: records.JobKey | None
+
+    @classmethod
+    def of(cls, uid: str, resource_version: str, obj: dict[str, Any], key: records.JobKey | None) -> Known:
+        return cls(uid, resource_version, projections.pack(obj), key)
+
+    @property
+    def object(self) -> dict[str, Any]:
+        """The object as published (a new copy on every read)."""
+        return projections.unpack(self.packed)
 
 
 ObjectId = tuple[str, str]
@@ -387,7 +396,7 @@ class Watcher:
         if event == "DELETED":
             known.pop(ident, None)
         else:
-            known[ident] = Known(str(meta.get("uid") or ""), version, obj, key)
+            known[ident] = Known.of(str(meta.get("uid") or ""), version, obj, key)
 
     def _parent(self, key: records.JobKey, kind: str, obj: dict[str, Any]) -> otel_context.Context | None:
         """The trace context of the job's ``kto.dev/traceparent`` annotation, if any."""

@@ -11,6 +11,9 @@ depends on where its input came from. A kind without a table here is kept whole 
 :func:`shared.bus.records.redact_object` leaves of it). Pure: no I/O; the object given is
 never changed.
 
+What a process holds for long it may keep packed (:func:`pack`, :func:`unpack`): Python's
+dicts of an object take about six times its JSON.
+
 Projecting is idempotent: a projected object projects to itself. The tables are
 checked by tests/api/test_projections.py, which runs every family's decision on full
 objects and on their projections and wants the same effects.
@@ -18,6 +21,7 @@ objects and on their projections and wants the same effects.
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
@@ -118,3 +122,27 @@ def _kept(node: Mapping[str, Any], shape: Shape) -> dict[str, Any]:
         else:
             kept[key] = value
     return kept
+
+
+Packed: TypeAlias = bytes | dict[str, Any]
+"""An object as :func:`pack` keeps it."""
+
+
+def pack(obj: dict[str, Any]) -> Packed:
+    """``obj`` as a process keeps it for long: :mod:`marshal` bytes (Python's own serialisation
+    of its built-in types: the fastest to load, about 0.8 of the JSON's size, a sixth of the
+    dicts' memory), never written anywhere nor read from outside this process; an object that
+    holds anything but built-in types (a test's stand-in, say) is kept as it is."""
+    try:
+        return marshal.dumps(obj)
+    except ValueError:
+        return obj
+
+
+def unpack(held: Packed) -> dict[str, Any]:
+    """The object :func:`pack` kept: a new copy each time (what a reader changes in it changes
+    nothing held), or the object itself if it was kept as it is."""
+    if isinstance(held, bytes):
+        found: dict[str, Any] = marshal.loads(held)
+        return found
+    return held

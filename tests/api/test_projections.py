@@ -235,3 +235,18 @@ def test_every_family_decides_the_same_on_projections(job: dict[str, Any], scena
     assert dump(projected_status) == dump(full_status)
     pods = [c for c in children if c.get("kind") == "Pod"]
     assert events.pod_events([projections.project(p) for p in pods], "pytorch") == events.pod_events(pods, "pytorch")
+
+
+def test_a_packed_object_unpacks_equal_and_as_a_new_copy_each_time() -> None:
+    pod = projections.project(full_pod())
+    packed = projections.pack(pod)
+    assert isinstance(packed, bytes) and len(packed) < len(repr(pod))
+    first = projections.unpack(packed)
+    assert first == pod
+    first["metadata"]["name"] = "changed"
+    assert projections.unpack(packed) == pod
+
+
+def test_an_object_of_other_than_built_in_types_is_kept_as_it_is() -> None:
+    odd = {"metadata": {"name": "n"}, "at": dt.datetime(2024, 1, 1)}
+    assert projections.unpack(projections.pack(odd)) is odd

@@ -118,3 +118,12 @@ def test_children_are_held_as_their_projection_whether_observed_or_listed() -> N
     key = ("Pod", "pt-worker-0")
     assert observed.children[key] == listed.children[key]
     assert observed.children[key]["spec"] == {"containers": [{"name": "pytorch"}]}
+
+
+def test_a_child_read_from_the_view_is_a_copy_that_changes_nothing_held() -> None:
+    view = views.JobView()
+    view.observe_child(pod(5, "Running"), deleted=False)
+    read = view.children[("Pod", "pt-worker-0")]
+    read["status"]["phase"] = "Failed"
+    assert view.children[("Pod", "pt-worker-0")]["status"]["phase"] == "Running"
+    assert set(view.children) == {("Pod", "pt-worker-0")} and len(view.children) == 1
