@@ -167,6 +167,14 @@ class Inventory:
     def job(self, key: records.JobKey) -> Known | None:
         return self._by_kind.get(key.kind, {}).get((key.namespace, key.name))
 
+    def shared_key(self, key: records.JobKey | None) -> records.JobKey | None:
+        """``key``, or the equal one its job's entry already holds: a job's children share one
+        key object instead of one each (a key is a pydantic model of about half a kilobyte)."""
+        if key is None:
+            return None
+        job = self.job(key)
+        return job.key if job is not None and job.key == key else key
+
 
 class BrokerOutage:
     """A bus hook that notices the broker being away and then back.
@@ -396,7 +404,7 @@ class Watcher:
         if event == "DELETED":
             known.pop(ident, None)
         else:
-            known[ident] = Known.of(str(meta.get("uid") or ""), version, obj, key)
+            known[ident] = Known.of(str(meta.get("uid") or ""), version, obj, self.inventory.shared_key(key))
 
     def _parent(self, key: records.JobKey, kind: str, obj: dict[str, Any]) -> otel_context.Context | None:
         """The trace context of the job's ``kto.dev/traceparent`` annotation, if any."""

@@ -126,12 +126,13 @@ class Children(MutableMapping[ChildKey, Manifest]):
 class _Logged:
     """``(kind, name, resourceVersion) in view.logged``."""
 
-    versions: dict[ChildKey, set[str]]
+    versions: dict[ChildKey, str | set[str]]
 
     def __contains__(self, version: object) -> bool:
         if not isinstance(version, tuple) or len(version) != 3:
             return False
-        return version[2] in self.versions.get((version[0], version[1]), ())
+        held = self.versions.get((version[0], version[1]))
+        return held == version[2] if isinstance(held, str) else held is not None and version[2] in held
 
 
 @dataclasses.dataclass
@@ -157,9 +158,9 @@ class JobView:
     watches, and a child's DELETED can come first."""
     from_server: tuple[str | None, dict[str, Any]] | None = None
     """(uid, annotations) of the job as the API server last returned it."""
-    logged_versions: dict[ChildKey, set[str]] = dataclasses.field(default_factory=dict)
-    """(kind, name) → resourceVersions of it taken from records (every version of the job,
-    the newest of each child): what a decision's basis can name without carrying it."""
+    logged_versions: dict[ChildKey, str | set[str]] = dataclasses.field(default_factory=dict)
+    """(kind, name) → resourceVersions of it taken from records (every version of the job, a
+    set; the newest of each child, a string): what a decision's basis can name without carrying it."""
 
     def note_logged(self, obj: Manifest, is_job: bool) -> None:
         """``obj`` came in a record: a basis may name this version of it by reference."""
@@ -168,9 +169,13 @@ class JobView:
             return
         key = child_key(obj)
         if is_job:
-            self.logged_versions.setdefault(key, set()).add(version)
+            held = self.logged_versions.get(key)
+            if isinstance(held, set):
+                held.add(version)
+            else:
+                self.logged_versions[key] = {version}
         else:
-            self.logged_versions[key] = {version}
+            self.logged_versions[key] = version  # a child's newest only: a string, not a set of one
 
     @property
     def logged(self) -> _Logged:

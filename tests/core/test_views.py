@@ -127,3 +127,16 @@ def test_a_child_read_from_the_view_is_a_copy_that_changes_nothing_held() -> Non
     read["status"]["phase"] = "Failed"
     assert view.children[("Pod", "pt-worker-0")]["status"]["phase"] == "Running"
     assert set(view.children) == {("Pod", "pt-worker-0")} and len(view.children) == 1
+
+
+def test_every_logged_version_of_the_job_is_named_and_only_the_newest_of_a_child() -> None:
+    view = views.JobView()
+    job = {"kind": "PyTorchJob", "metadata": {"name": "pt", "resourceVersion": "1"}}
+    view.note_logged(job, is_job=True)
+    view.note_logged({**job, "metadata": {"name": "pt", "resourceVersion": "2"}}, is_job=True)
+    view.note_logged(pod(5), is_job=False)
+    view.note_logged(pod(6), is_job=False)
+    assert ("PyTorchJob", "pt", "1") in view.logged and ("PyTorchJob", "pt", "2") in view.logged
+    assert ("Pod", "pt-worker-0", "6") in view.logged
+    assert ("Pod", "pt-worker-0", "5") not in view.logged and ("Pod", "pt-worker-0", "") not in view.logged
+    assert ("Pod", "pt-worker-1", "6") not in view.logged
