@@ -33,52 +33,45 @@ Shape: TypeAlias = Mapping[str, "Shape | bool"]
 a mapping value, or of every mapping in a list value."""
 
 METADATA: Shape = dict.fromkeys((
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
-    "ownerReferences", "finalizers",
+    "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+    "labels", "annotations", "ownerReferences", "finalizers",
 ), True)
 """Metadata kept of a projected object. Identity and versions (views, expectations, bases,
 ``kto replay``'s lookup by kind, name and resourceVersion), labels (which replica and index
 a pod is: ``statuses.replica_pods``, the watcher's job mapping), annotations (kto's and the
 user's; ``kubectl apply``'s copy is dropped by redaction), ownerReferences (who controls a
 child: ``owners.controls``, the watcher's mapping of unlabelled children), finalizers and the
-deletion marks (``objects.is_deleting``). ``managedFields`` is not kept."""
+deletion mark (``objects.is_deleting``). Not ``managedFields``, ``generation`` or
+``deletionGracePeriodSeconds``."""
 
-_CONTAINER_STATUS: Shape = dict.fromkeys(
-    ("name", "ready", "started", "restartCount", "state", "lastState"), True)
+_CONTAINER_STATUS: Shape = dict.fromkeys(("name", "restartCount", "state"), True)
 """A container's status: its name (the default container's exit code, Events), restarts
-(restart and backoff counting, ``kto history``'s restarts), its state and last state
-(exit codes for ExitCode restarts, terminated and waiting messages for Events). Not its
-image, imageID or containerID."""
+(restart and backoff counting, ``kto history``'s restarts) and its state (exit codes for
+ExitCode restarts and verdicts, terminated and waiting messages for Events). Not its
+readiness, last state, image, imageID or containerID."""
 
 POD: Shape = {
     "apiVersion": True,
     "kind": True,
     "metadata": METADATA,
     "spec": {
-        "nodeName": True,  # kto history's "scheduled"
-        "restartPolicy": True,
-        "schedulerName": True,
+        "nodeName": True,  # kto history's "scheduled", kto demo's node
         "containers": {"name": True},  # the elastic launcher's exec target: its first container's name
-        "initContainers": {"name": True},
     },
     "status": {
         "phase": True,  # every family: active, succeeded, failed counts; restarts; kto history
         "reason": True,  # Evicted (mpi_v2 and elastic statuses)
         "message": True,
-        "startTime": True,
-        "podIP": True,
-        "hostIP": True,
-        "conditions": dict.fromkeys(("type", "status", "reason", "message", "lastTransitionTime"), True),
-        # Ready (mpi_v2's launcher waits for ready workers), abnormal-pod Events
+        # Ready (mpi_v2's launcher waits for ready workers); the latest one not True is an Event
+        "conditions": dict.fromkeys(("type", "status", "reason", "message"), True),
         "containerStatuses": _CONTAINER_STATUS,
-        "initContainerStatuses": _CONTAINER_STATUS,
+        "initContainerStatuses": _CONTAINER_STATUS,  # Events, when no container has a status
     },
 }
-"""A Pod as kto reads it. Decisions never read a pod's spec beyond these (a child is made
-from the job's template, never from another pod), so a pod's containers, volumes,
-tolerations, env and resources are not kept; nor its status's IP lists, QoS class or
-images."""
+"""A Pod as kto reads it. Decisions never read a pod's spec beyond its containers' names (a
+child is made from the job's template, never from another pod), so a pod's containers,
+volumes, tolerations, env, resources, restartPolicy and schedulerName are not kept; nor its
+status's startTime, IPs, QoS class, conditions' times or containers' images and readiness."""
 
 KINDS: Mapping[str, Shape] = {"Pod": POD}
 """The projection of each kind. Every other kind is kept whole:
