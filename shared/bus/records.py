@@ -244,6 +244,11 @@ class Observation(_Envelope):
     """Non-empty when the object was too large or too deep for a record: why. The
     ``object`` is then a stand-in holding only apiVersion, kind, metadata (without
     annotations) and status; the whole object is on the API server."""
+    projection: int = 0
+    """0: the object as the API server returned it (but for :attr:`redacted` and :attr:`omitted`);
+    N: its kind's projection, version N of :mod:`shared.api.projections` (only the fields kto
+    reads: a pod without its containers' specs, say). Written only when not 0, so a record
+    of a kind kept whole, and every record written before projections, reads as whole."""
 
 
 WAKE_ACTION = "cluster_wait_released"
@@ -331,8 +336,10 @@ def encode(record: Observation | Decision, digest_key: bytes = b"") -> bytes:
 
 
 def _dump(record: Observation | Decision) -> bytes:
-    if isinstance(record, Observation) and not record.redacted and not record.omitted:
-        return record.model_dump_json(exclude={"redacted", "omitted"}).encode()
+    if isinstance(record, Observation):
+        empty = {name for name in ("redacted", "omitted", "projection") if not getattr(record, name)}
+        if empty:
+            return record.model_dump_json(exclude=empty).encode()
     return record.model_dump_json().encode()
 
 
