@@ -40,6 +40,9 @@ class KeyMemory:
     names it (``detail.pass``), so replay checks the act against that plan."""
     warned: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     """(uid, reason, message) of the Warning Events this process recorded."""
+    released: views.Released | None = None
+    """(uid, version) of the finished job whose view was let go (:meth:`release`): a record of it
+    as it was then (a resync) is passed over, not read afresh from the API server."""
 
     def release(self) -> None:
         """Let go of the view of a finished job that needs nothing more (no act, no timer, no
@@ -47,6 +50,7 @@ class KeyMemory:
         pass), so a record that comes later is taken into an empty view, which is read afresh
         from the API server before anything is decided, and repeats no Event."""
         self.drop()
+        self.released = views.released_mark(self.view.job)
         self.view = views.JobView()
         self.decided_on = None
         self.job_seen = None  # no check is due for a key that holds no job

@@ -93,6 +93,9 @@ class Reconciler:
         if key.kind not in RECONCILED_KINDS:
             return False
         memory = self._memories.of(record.key)
+        if (memory.released is not None and isinstance(record, records.Observation) and record.event != "DELETED"
+                and record.object_kind in RECONCILED_KINDS and views.seen_before(record.object, memory.released)):
+            return False  # the finished job, released, as it was then (a resync): nothing to read or decide
         view = memory.view
         if isinstance(record, records.Decision):
             if record.action == "job_check_due":

@@ -69,6 +69,9 @@ class StatusAggregator:
         self._prepared: dict[int, preparing.Prepared] = {}
         """id(view) → its job prepared for computing (see ``_prepare``)."""
         self._events = recording.Recorder(settings.instance)
+        self._released: dict[str, views.Released] = {}
+        """Job key → (uid, version) of the finished job whose view was let go: a record of it as
+        it was then (a resync) is passed over, not read afresh (``_release_if_finished``)."""
         self._said: dict[str, set[tuple[str, ...]]] = {}
         """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
 
@@ -93,6 +96,9 @@ class StatusAggregator:
         if isinstance(record, records.Decision):
             return records.is_wake(record, "status")
         job_kinds = families.REGISTRY.status_kinds
+        if (record.object_kind in job_kinds and record.event != "DELETED" and record.key not in self._views
+                and views.seen_before(record.object, self._released.get(record.key))):
+            return False  # the finished job, released, as it was then (a resync): nothing to read or write
         if record.object_kind in job_kinds or record.object_kind in STATUS_CHILD_KINDS:
             # A record's word is in the view now: a terminal status is read back before it is written.
             self._view(record.key).read_back = False
@@ -178,6 +184,9 @@ class StatusAggregator:
         self._views.pop(job_key, None)
         self._paces.pop(job_key, None)
         self._prepared.pop(id(view), None)
+        mark = views.released_mark(view.job)
+        if mark is not None:
+            self._released[job_key] = mark
 
     async def _hydrate(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
         """The job and its pods as the API server has them, into the view (a job the API server
@@ -212,6 +221,7 @@ class StatusAggregator:
         another worker (hydrated afresh if they come back)."""
         for job_key in job_keys:
             self._said.pop(job_key, None)
+            self._released.pop(job_key, None)
             view = self._views.pop(job_key, None)
             self._paces.pop(job_key, None)
             if view is not None:

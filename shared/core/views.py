@@ -81,6 +81,27 @@ def finished(job: Manifest | None) -> bool:
                for c in found or ())
 
 
+Released = tuple[str | None, int]
+"""(uid, resourceVersion) of a finished job whose view was released (:func:`released_mark`)."""
+
+
+def released_mark(job: Manifest | None) -> Released | None:
+    """What a worker keeps of a finished job whose view it released: its uid and version, so a
+    record of the job as it was then (the watcher's resync every 30 s) is known for one that
+    changes nothing and reads nothing; None when the job holds no numeric version."""
+    version = _version(job) if job is not None else None
+    return None if version is None or job is None else (objects.uid_of(job), version)
+
+
+def seen_before(obj: Manifest, mark: Released | None) -> bool:
+    """Whether a record's job ``obj`` is the released job (``mark``) as it was, or older: the
+    same uid, a version not newer. Anything else (an edit, a new incarnation) is read afresh."""
+    if mark is None:
+        return False
+    version = _version(obj)
+    return version is not None and objects.uid_of(obj) == mark[0] and version <= mark[1]
+
+
 _uid = objects.uid_of
 _annotations = objects.annotations_of
 

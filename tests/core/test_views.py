@@ -140,3 +140,23 @@ def test_every_logged_version_of_the_job_is_named_and_only_the_newest_of_a_child
     assert ("Pod", "pt-worker-0", "6") in view.logged
     assert ("Pod", "pt-worker-0", "5") not in view.logged and ("Pod", "pt-worker-0", "") not in view.logged
     assert ("Pod", "pt-worker-1", "6") not in view.logged
+
+
+def finished_job(rv: int, uid: str = "j-1") -> dict[str, Any]:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "pt", "namespace": "ns", "uid": uid, "resourceVersion": str(rv)},
+            "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+
+
+@pytest.mark.parametrize(("incoming", "seen"), [
+    pytest.param(finished_job(7), True, id="the-released-version-again-a-resync"),
+    pytest.param(finished_job(5), True, id="an-older-version-a-late-record"),
+    pytest.param(finished_job(8), False, id="a-newer-version-an-edit"),
+    pytest.param(finished_job(7, uid="j-2"), False, id="another-incarnation"),
+    pytest.param({"metadata": {"uid": "j-1"}}, False, id="no-version"),
+])
+def test_a_released_job_is_known_again_only_as_it_was_or_older(incoming: dict[str, Any], seen: bool) -> None:
+    mark = views.released_mark(finished_job(7))
+    assert mark == ("j-1", 7)
+    assert views.seen_before(incoming, mark) is seen
+    assert not views.seen_before(incoming, None), "nothing released, nothing passed over"

@@ -79,11 +79,21 @@ async def test_a_finished_jobs_view_is_released_to_a_tombstone_and_read_afresh_w
                                                         "lastTransitionTime": done, "lastUpdateTime": done}],
                                         "startTime": done, "completionTime": done, "replicaStatuses": {}}})
     record = observed(sim_cluster.settings.context, {**finished, "apiVersion": jobs.API_VERSION, "kind": "PyTorchJob"})
-    for _ in range(2):  # the second time, a later record of the job comes to the released key
-        await reconciler.handle(record, otel_context.get_current())
-        await reconciler.settle(record.key, otel_context.get_current(), flush=False)
-        memory = reconciler.memory(record.key)
-        assert memory is not None, "a tombstone is kept"
-        assert (memory.view.job, len(memory.view.children), memory.view.hydrated, memory.timer) == (None, 0, False, None)
+    await reconciler.handle(record, otel_context.get_current())
+    await reconciler.settle(record.key, otel_context.get_current(), flush=False)
+    memory = reconciler.memory(record.key)
+    assert memory is not None, "a tombstone is kept"
+    assert (memory.view.job, len(memory.view.children), memory.view.hydrated, memory.timer) == (None, 0, False, None)
+
+    resynced = record.model_copy(update={"event": "RESYNCED"})
+    assert not await reconciler.handle(resynced, otel_context.get_current()), \
+        "the released job as it was (the watcher's resync) is passed over: nothing read, nothing decided"
+    assert memory.view.job is None
+
+    edited = await client.patch(PYTORCHJOBS, NAMESPACE, NAME, {"metadata": {"labels": {"team": "a"}}})
+    later = observed(sim_cluster.settings.context, {**edited, "apiVersion": jobs.API_VERSION, "kind": "PyTorchJob"})
+    assert await reconciler.handle(later, otel_context.get_current()), "a later version is read afresh"
+    await reconciler.settle(later.key, otel_context.get_current(), flush=False)
+    assert (memory.view.job, memory.timer) == (None, None), "and released again once nothing is to be done"
     pods, _ = await client.list(resources.PODS, NAMESPACE)
     assert pods == [], "nothing made for a finished job"

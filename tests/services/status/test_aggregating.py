@@ -132,6 +132,11 @@ async def test_a_finished_jobs_view_is_released_and_a_later_record_is_read_afres
     assert {c["type"]: c["status"] for c in written["status"]["conditions"]}.get("Succeeded") == "True"
     assert key(cluster) not in aggregator._views, "a finished job with nothing to write is released"
 
+    resynced = {**written, "apiVersion": jobs.API_VERSION, "kind": "PyTorchJob"}
+    assert not await aggregator.handle(observed(cluster, "PyTorchJob", resynced, "RESYNCED"),
+                                       otel_context.get_current()), "the released job as it was is passed over"
+    assert key(cluster) not in aggregator._views, "and read from nowhere"
+
     # A later record (the pod's deletion, say) is taken into a view read afresh: nothing to write.
     assert await aggregator.handle(observed(cluster, "Pod", pod, "DELETED"), otel_context.get_current())
     await aggregator.settle(key(cluster), otel_context.get_current(), flush=True)
