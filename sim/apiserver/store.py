@@ -26,6 +26,7 @@ import json
 import logging
 import random
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
@@ -200,6 +201,10 @@ class Store:
         self._rv = 0
         self._resources: dict[str, resources.Resource] = {r.key: r for r in resources.BUILTINS}
         self._objects: dict[str, dict[Key, Obj]] = collections.defaultdict(dict)
+        self._labelled: dict[str, dict[str, dict[str, set[Key]]]] = {}
+        """Resource → label key → value → the objects with that label: an index of the label keys that
+        list selectors have asked for by equality (built on the first such list), so that a list of a
+        job's pods reads its pods, not every pod of the cluster."""
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = collections.defaultdict(set)
         self._history: collections.deque[_Change] = collections.deque(maxlen=max(1, self.settings.watch_window))
@@ -264,7 +269,11 @@ class Store:
         return [patching.deep_copy(i) for i in items], rv
 
     async def update(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
-        return patching.deep_copy(self._update(resource, patching.deep_copy(obj), subresource))  # type: ignore[no-any-return]
+        return patching.deep_copy(await self.update_shared(resource, obj, subresource))  # type: ignore[no-any-return]
+
+    async def update_shared(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
+        """``update``, answered with the stored object itself (do not mutate)."""
+        return self._update(resource, patching.deep_copy(obj), subresource)
 
 
     async def change_status(
@@ -357,7 +366,8 @@ class Store:
         start: Key | None = None
         if continue_token:
             list_rv, start = self._decode_continue(continue_token)
-        keys = sorted(objects)
+        candidates = self._indexed(resource, selector.equalities) if selector.equalities else None
+        keys = sorted(objects if candidates is None else candidates)
         if namespace and res.namespaced:
             keys = [k for k in keys if k[0] == namespace]
         if start is not None:
@@ -376,6 +386,54 @@ class Store:
                 break
             items.append(obj)
         return items, str(list_rv), next_token, remaining
+
+    def _indexed(self, resource: str, equalities: tuple[tuple[str, str], ...]) -> set[Key]:
+        """The keys of the objects that have every (label, value) of ``equalities`` (a superset of those a
+        selector with them matches), from the label index; the label keys not yet indexed are indexed."""
+        index = self._labelled.setdefault(resource, {})
+        found: set[Key] | None = None
+        for label, value in equalities:
+            by_value = index.get(label)
+            if by_value is None:
+                by_value = index[label] = collections.defaultdict(set)
+                for key, obj in self._objects[resource].items():
+                    have = (obj["metadata"].get("labels") or {}).get(label)
+                    if isinstance(have, str):
+                        by_value[have].add(key)
+            keys = by_value.get(value, set())
+            found = keys if found is None or len(keys) < len(found) else found
+        return set(found or ())
+
+    def _put(self, resource: str, key: Key, new: Obj) -> None:
+        """Store ``new`` under ``key`` (its new parts interned: :func:`_compact`), keeping the label index."""
+        objects = self._objects[resource]
+        old = objects.get(key)
+        _compact(new, old)
+        index = self._labelled.get(resource)
+        if index:
+            old_labels = (old["metadata"].get("labels") or {}) if old is not None else {}
+            new_labels = new["metadata"].get("labels") or {}
+            if old_labels is not new_labels:
+                for label, by_value in index.items():
+                    was, now_ = old_labels.get(label), new_labels.get(label)
+                    if was != now_:
+                        if isinstance(was, str):
+                            by_value[was].discard(key)
+                            if not by_value[was]:
+                                del by_value[was]
+                        if isinstance(now_, str):
+                            by_value[now_].add(key)
+        objects[key] = new
+
+    def _drop(self, resource: str, key: Key) -> None:
+        """Remove the object under ``key``, keeping the label index."""
+        old = self._objects[resource].pop(key)
+        for label, by_value in self._labelled.get(resource, {}).items():
+            was = (old["metadata"].get("labels") or {}).get(label)
+            if isinstance(was, str):
+                by_value[was].discard(key)
+                if not by_value[was]:
+                    del by_value[was]
 
     def _encode_continue(self, rv: int, last: Obj) -> str:
         meta = last["metadata"]
@@ -563,7 +621,7 @@ class Store:
             return obj
         if written is not res:
             obj = _to_storage(res, obj)
-        objects[(ns, name)] = obj
+        self._put(resource, (ns, name), obj)
         self._by_uid[meta["uid"]] = (resource, ns, name)
         self._index(resource, None, obj)
         self._record(_Change(rv, resource, "ADDED", obj, None))
@@ -731,7 +789,7 @@ class Store:
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
         ident = (meta.get("namespace", ""), meta["name"])
-        self._objects[res.key][ident] = new
+        self._put(res.key, ident, new)
         self._index(res.key, old, new)
         self._record(_Change(rv, res.key, "MODIFIED", new, old))
         if res.key == CRDS:
@@ -870,7 +928,7 @@ class Store:
         new_meta["finalizers"] = finalizers
         rv = self._next_rv()
         new_meta["resourceVersion"] = str(rv)
-        self._objects[resource][(new_meta.get("namespace", ""), name)] = new
+        self._put(resource, (new_meta.get("namespace", ""), name), new)
         self._record(_Change(rv, resource, "MODIFIED", new, old))
         if "foregroundDeletion" in finalizers:
             self.gc_queue.put_nowait(("foreground", new_meta["uid"]))
@@ -899,7 +957,7 @@ class Store:
         new["status"] = {"phase": "Terminating"}
         rv = self._next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
-        self._objects[NAMESPACES][("", ns)] = new
+        self._put(NAMESPACES, ("", ns), new)
         self._record(_Change(rv, NAMESPACES, "MODIFIED", new, old))
         for key, info in list(self._resources.items()):
             if not info.namespaced:
@@ -925,7 +983,7 @@ class Store:
         rv = self._next_rv()
         final = dict(old)
         final["metadata"] = dict(meta, resourceVersion=str(rv))
-        del self._objects[res.key][ident]
+        self._drop(res.key, ident)
         self._by_uid.pop(meta["uid"], None)
         self._index(res.key, old, None)
         self._record(_Change(rv, res.key, "DELETED", final, old))
@@ -949,6 +1007,7 @@ class Store:
             if obj is not None:
                 self._remove(info, obj)
         self._objects.pop(info.key, None)
+        self._labelled.pop(info.key, None)
         for watch in list(self._watchers.get(info.key, ())):
             watch.close()
         self.unregister(info.key)
@@ -987,6 +1046,28 @@ class Store:
 
 
 _LIST_FIELDS = {"pods": ("containers", "initContainers", "volumes", "tolerations"), "services": ("ports",)}
+
+
+def _compact(new: Obj, old: Obj | None) -> None:
+    """Make the parts of ``new`` that are not ``old``'s own (a create: all of it) share their strings with
+    every other stored object: keys and string values interned, in a fresh copy of each such part. The
+    same key or value (``terminationMessagePath``, a job's labels, its pods' image and env) then takes
+    memory once in the cluster instead of once per object, which halves what a stored pod holds; a
+    status write re-interns only its status and metadata. ``new`` is the store's own, not yet stored."""
+    fresh = [(sys.intern(k), v if old is not None and old.get(k) is v else _interned(v)) for k, v in new.items()]
+    new.clear()
+    new.update(fresh)
+
+
+def _interned(value: Any) -> Any:
+    """A copy of a JSON value with its keys and strings interned."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k): _interned(v) if isinstance(v, (str, dict, list)) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) if isinstance(v, (str, dict, list)) else v for v in value]
+    return value
 
 
 def check_shape(res: resources.Resource, obj: Obj, name: str) -> None:

@@ -117,6 +117,21 @@ async def test_label_selectors(store: sim_store.Store, selector: str, expected: 
     assert {i["metadata"]["name"] for i in items} == expected
 
 
+async def test_a_selected_list_follows_labels_changed_and_objects_deleted(store: sim_store.Store) -> None:
+    for name in ("a", "b", "c"):
+        await store.create("pods", pod(name, {"app": "web"}), "default")
+    first, _ = await store.list("pods", "default", label_selector="app=web")
+    b = await store.get("pods", "default", "b")
+    b["metadata"]["labels"] = {"app": "db"}
+    await store.update("pods", b)
+    await store.delete("pods", "default", "c")
+    await store.create("pods", pod("d", {"app": "web"}), "default")
+    web, _ = await store.list("pods", "default", label_selector="app=web")
+    db, _ = await store.list("pods", None, label_selector="app in (db)")
+    assert ([i["metadata"]["name"] for i in first], [i["metadata"]["name"] for i in web],
+            [i["metadata"]["name"] for i in db]) == (["a", "b", "c"], ["a", "d"], ["b"])
+
+
 @pytest.mark.parametrize(
     ("selector", "expected"),
     [
