@@ -1052,22 +1052,38 @@ def _compact(new: Obj, old: Obj | None) -> None:
     """Make the parts of ``new`` that are not ``old``'s own (a create: all of it) share their strings with
     every other stored object: keys and string values interned, in a fresh copy of each such part. The
     same key or value (``terminationMessagePath``, a job's labels, its pods' image and env) then takes
-    memory once in the cluster instead of once per object, which halves what a stored pod holds; a
-    status write re-interns only its status and metadata. ``new`` is the store's own, not yet stored."""
-    fresh = [(sys.intern(k), v if old is not None and old.get(k) is v else _interned(v)) for k, v in new.items()]
+    memory once in the cluster instead of once per object, which halves what a stored pod holds. A write
+    re-interns only what it changed: a subtree that is ``old``'s (the same object) is kept as it is.
+    ``new`` is the store's own, not yet stored."""
+    fresh = [(sys.intern(k), _interned_beside(v, old.get(k)) if old is not None else _interned(v))
+             for k, v in new.items()]
     new.clear()
     new.update(fresh)
 
 
+def _interned_beside(value: Any, old: Any) -> Any:
+    """``value`` with its keys and strings interned, keeping every subtree that is the same object in ``old``."""
+    if value is old:
+        return value
+    if type(value) is dict and type(old) is dict:
+        return {sys.intern(k): _interned_beside(v, old.get(k)) for k, v in value.items()}
+    return _interned(value)
+
+
 def _interned(value: Any) -> Any:
     """A copy of a JSON value with its keys and strings interned."""
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is dict:
+        return {sys.intern(k): (sys.intern(v) if type(v) is str else _interned(v) if type(v) in _NESTED else v)
+                for k, v in value.items()}
+    if kind is list:
+        return [(sys.intern(v) if type(v) is str else _interned(v) if type(v) in _NESTED else v) for v in value]
+    if kind is str:
         return sys.intern(value)
-    if isinstance(value, dict):
-        return {sys.intern(k): _interned(v) if isinstance(v, (str, dict, list)) else v for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interned(v) if isinstance(v, (str, dict, list)) else v for v in value]
     return value
+
+
+_NESTED = (dict, list)
 
 
 def check_shape(res: resources.Resource, obj: Obj, name: str) -> None:
