@@ -65,6 +65,10 @@ _CONTINUE_EXPIRED = (
 )
 
 
+ENCODINGS_KEPT = 10000
+"""Changes, the latest, whose wire encodings (shared by every watch) are kept."""
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -208,6 +212,9 @@ class Store:
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = collections.defaultdict(set)
         self._history: collections.deque[_Change] = collections.deque(maxlen=max(1, self.settings.watch_window))
+        self._recent: collections.deque[_Change] = collections.deque(maxlen=ENCODINGS_KEPT)
+        """The last changes, whose wire encodings are kept; an older change's are dropped (a watch that far
+        behind encodes it again), so the history's memory is its objects, not also their JSON."""
         self._watchers: dict[str, set[Watch]] = collections.defaultdict(set)
         self._next_ip = 10
         self.gc_queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -503,6 +510,9 @@ class Store:
 
     def _record(self, change: _Change) -> None:
         self._history.append(change)
+        if len(self._recent) == ENCODINGS_KEPT:
+            self._recent[0].encoded.clear()
+        self._recent.append(change)
         for watch in self._watchers.get(change.resource, ()):
             watch.offer(change)
 
