@@ -17,6 +17,12 @@ With ``--live-jobs N`` it runs another load instead (bench/live.py): N jobs whos
 pods keep running, submitted as fast as the API server takes them and held;
 the time they took to materialise, each process's memory and CPU with N live,
 the bytes on the jobs topic; a table on stderr, the JSON on stdout.
+With ``--scale-out 1,2,4`` (that many reconcilers and status workers) or
+``--concurrency-sweep 1,4,16`` (one reconciler's concurrency) it runs the
+pipeline load once per value, each on a fresh stack, all submitted at once
+unless ``--rate`` says otherwise (bench/scaleout.py): each run's figures and
+its materialised jobs/s over the first run's; a table on stderr, the JSON on
+stdout.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from typing import Any
 from kto import serving
 
 HELP = ("Benchmark the pipeline: PyTorchJobs at a fixed rate through a local stack (or --live-jobs N kept "
-        "running); prints one JSON object.")
+        "running, or the same load per worker count or concurrency: --scale-out, --concurrency-sweep); prints one "
+        "JSON object.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(a table on stderr, JSON on stdout; exit 1 naming how many materialised if not all "
                              "did within --timeout). Not with --jobs, --rate, --pod-duration, --freeze, --idle or "
                              "--operator training-operator")
+    parser.add_argument("--scale-out", default=None, metavar="COUNTS",
+                        help="the same load on a fresh stack for each count (e.g. 1,2,4): that many reconcilers "
+                             "AND status workers, each at --reconciler-concurrency; each run's figures and its "
+                             "materialised jobs/s over the first run's (ratio_vs_first) as one JSON object, a "
+                             "table on stderr. --rate defaults to 0 here (all at once: the submission is not "
+                             "the limit). Not with --reconcilers, --status-workers, --concurrency-sweep, "
+                             "--live-jobs, --freeze, --idle or --operator training-operator")
+    parser.add_argument("--concurrency-sweep", default=None, metavar="COUNTS",
+                        help="as --scale-out, but the other lever: --reconcilers reconcilers (default 1), each "
+                             "settling this many job keys at once (e.g. 1,4,16), one fresh stack per value. Not "
+                             "with --reconciler-concurrency or --scale-out")
     parser.add_argument("--hold", type=float, default=live.hold, metavar="SECONDS",
                         help=f"--live-jobs: seconds every job stays live before the stack is measured "
                              f"(default {live.hold:g})")
@@ -60,12 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-duration", default=None,
                         help=f"how long the sim runs each pod (default {b.pod_duration})")
     parser.add_argument("--clusters", type=int, default=s.clusters, help=f"simulated clusters (default {s.clusters})")
-    parser.add_argument("--reconcilers", type=int, default=s.reconcilers,
+    parser.add_argument("--reconcilers", type=int, default=None,
                         help=f"reconciler processes (default {s.reconcilers})")
     parser.add_argument("--reconciler-concurrency", type=int, default=None, metavar="N",
                         help="job keys each reconciler settles at once (default: the reconciler's, "
                              f"{default_of(ReconcilerSettings, 'concurrency')})")
-    parser.add_argument("--status-workers", type=int, default=s.status_workers,
+    parser.add_argument("--status-workers", type=int, default=None,
                         help=f"status-service processes (default {s.status_workers})")
     parser.add_argument("--api-latency", type=float, default=s.api_latency_ms, metavar="MS",
                         help=f"latency of every API request, in ms: a sim adds it, a real control plane through a "
@@ -107,14 +125,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.live_jobs is not None:
         return _live(args)
-    defaults = pipeline.PipelineSettings()
+    if args.scale_out is not None or args.concurrency_sweep is not None:
+        return _sweep(args)
     try:
-        bench_settings = pipeline.PipelineSettings(
-            jobs=defaults.jobs if args.jobs is None else args.jobs,
-            rate=defaults.rate if args.rate is None else args.rate, replicas=args.replicas,
-            pod_duration=args.pod_duration or defaults.pod_duration,
-            timeout=defaults.timeout if args.timeout is None else args.timeout,
-        )
+        bench_settings = _pipeline_settings(args, pipeline.PipelineSettings().rate)
         stack_settings = _stack_settings(args, 8 if args.nodes is None else args.nodes)
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
@@ -135,13 +149,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pipeline_settings(args: argparse.Namespace, rate: float) -> Any:
+    """The pipeline load from the flags (a ``bench.pipeline.PipelineSettings``, ``rate`` unless
+    --rate is given; BenchError for bad ones)."""
+    from bench import pipeline
+
+    defaults = pipeline.PipelineSettings()
+    return pipeline.PipelineSettings(
+        jobs=defaults.jobs if args.jobs is None else args.jobs,
+        rate=rate if args.rate is None else args.rate, replicas=args.replicas,
+        pod_duration=args.pod_duration or defaults.pod_duration,
+        timeout=defaults.timeout if args.timeout is None else args.timeout,
+    )
+
+
 def _stack_settings(args: argparse.Namespace, nodes: int) -> Any:
     """The benchmark's stack from the flags (a ``kto.stack.StackSettings``; StackError for bad ones)."""
     from kto import stack
 
+    defaults = stack.StackSettings()
     return stack.StackSettings(
-        state_dir=args.state_dir, clusters=args.clusters, reconcilers=args.reconcilers,
-        status_workers=args.status_workers, partitions=args.partitions, api_latency_ms=args.api_latency,
+        state_dir=args.state_dir, clusters=args.clusters,
+        reconcilers=defaults.reconcilers if args.reconcilers is None else args.reconcilers,
+        status_workers=defaults.status_workers if args.status_workers is None else args.status_workers,
+        partitions=args.partitions, api_latency_ms=args.api_latency,
         nodes=nodes, control_plane=args.control_plane, broker=args.broker,
         reconciler_concurrency=args.reconciler_concurrency,
     )
@@ -150,8 +181,6 @@ def _stack_settings(args: argparse.Namespace, nodes: int) -> Any:
 def _live(args: argparse.Namespace) -> int:
     """``--live-jobs N``: bench/live.py on a fresh stack; the table on stderr, the JSON on stdout."""
     import asyncio
-    import json
-    import sys
 
     from bench import live, pipeline
     from kto import stack
@@ -159,9 +188,9 @@ def _live(args: argparse.Namespace) -> int:
 
     given = [flag for flag, value in (("--jobs", args.jobs), ("--rate", args.rate),
                                       ("--pod-duration", args.pod_duration)) if value is not None]
-    given += [flag for flag, value in (("--freeze", args.freeze), ("--idle", args.idle)) if value > 0]
-    if args.operator != "kto":
-        given.append("--operator training-operator")
+    given += [flag for flag, value in (("--scale-out", args.scale_out),
+                                       ("--concurrency-sweep", args.concurrency_sweep)) if value is not None]
+    given += _other_runs(args)
     if given:
         raise UserError(f"--live-jobs runs a load of its own: not with {', '.join(given)}")
     try:
@@ -180,15 +209,83 @@ def _live(args: argparse.Namespace) -> int:
     except pipeline.BenchError as exc:
         _progress(str(exc))
         return 1
+    figures["parameters"] = {"live_jobs": settings.jobs, "replicas": settings.replicas, "hold_s": settings.hold,
+                             **_stack_parameters(stack_settings)}
+    return _printed(figures, live.table(figures))
+
+
+def _other_runs(args: argparse.Namespace) -> list[str]:
+    """The flags given of what a plain run adds (a freeze, an idle span, the training-operator):
+    a load of its own (--live-jobs, a sweep) is not run with them."""
+    given = [flag for flag, value in (("--freeze", args.freeze), ("--idle", args.idle)) if value > 0]
+    if args.operator != "kto":
+        given.append("--operator training-operator")
+    return given
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``--scale-out COUNTS`` or ``--concurrency-sweep COUNTS``: bench/scaleout.py, the pipeline's load on
+    a fresh stack for each value; the table on stderr, the JSON on stdout."""
+    import asyncio
+    import dataclasses
+
+    from bench import pipeline, scaleout
+    from kto import stack
+    from kto.cli import UserError, default_of
+    from services.reconciler.settings import ReconcilerSettings
+
+    lever, text = ("workers", args.scale_out) if args.scale_out is not None else ("concurrency",
+                                                                                  args.concurrency_sweep)
+    clashes = {"workers": (("--reconcilers", args.reconcilers), ("--status-workers", args.status_workers),
+                           ("--concurrency-sweep", args.concurrency_sweep)),
+               "concurrency": (("--reconciler-concurrency", args.reconciler_concurrency),)}[lever]
+    given = [flag for flag, value in clashes if value is not None] + _other_runs(args)
+    if given:
+        raise UserError(f"{scaleout.LEVERS[lever]} runs a sweep of its own: not with {', '.join(given)}")
+    try:
+        sweep = scaleout.parse(lever, text)
+        bench_settings = _pipeline_settings(args, 0.0)
+        stack_settings = _stack_settings(args, 8 if args.nodes is None else args.nodes)
+    except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    base = scaleout.Shape(
+        stack_settings.reconcilers, stack_settings.status_workers,
+        stack_settings.reconciler_concurrency or default_of(ReconcilerSettings, "concurrency"))
+
+    async def measure(shape: scaleout.Shape) -> dict[str, Any]:
+        settings = dataclasses.replace(stack_settings, reconcilers=shape.reconcilers,
+                                       status_workers=shape.status_workers, reconciler_concurrency=shape.concurrency)
+        return await _bench(settings, bench_settings, args.ceiling_creates, 0.0, None)
+
+    try:
+        figures = asyncio.run(scaleout.run(sweep, base, measure, _progress))
+    except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    swept = ("reconcilers", "status_workers", "reconciler_concurrency")  # each run's own, in ``runs``
     figures["parameters"] = {
-        "live_jobs": settings.jobs, "replicas": settings.replicas, "hold_s": settings.hold,
-        "clusters": stack_settings.clusters, "reconcilers": stack_settings.reconcilers,
-        "status_workers": stack_settings.status_workers, "partitions": stack_settings.partitions,
-        "nodes": stack_settings.nodes, "api_latency_ms": stack_settings.api_latency_ms,
-        "control_plane": stack_settings.control_plane, "broker": stack_settings.broker,
-        "reconciler_concurrency": stack_settings.reconciler_concurrency,
+        "jobs": bench_settings.jobs, "rate": bench_settings.rate, "replicas": bench_settings.replicas,
+        "pod_duration": bench_settings.pod_duration, "ceiling_creates": args.ceiling_creates,
+        **{name: value for name, value in _stack_parameters(stack_settings).items() if name not in swept},
     }
-    for line in live.table(figures):
+    return _printed(figures, scaleout.table(figures))
+
+
+def _stack_parameters(settings: Any) -> dict[str, Any]:
+    """The shape of the run's stack (a ``kto.stack.StackSettings``), as the figures' ``parameters`` name it."""
+    return {
+        "clusters": settings.clusters, "reconcilers": settings.reconcilers, "status_workers": settings.status_workers,
+        "partitions": settings.partitions, "nodes": settings.nodes, "api_latency_ms": settings.api_latency_ms,
+        "control_plane": settings.control_plane, "broker": settings.broker,
+        "reconciler_concurrency": settings.reconciler_concurrency,
+    }
+
+
+def _printed(figures: dict[str, Any], lines: list[str]) -> int:
+    """``lines`` on stderr for a reader, ``figures`` as one JSON object on stdout; exit code 0."""
+    import json
+    import sys
+
+    for line in lines:
         print(line, file=sys.stderr)
     print(json.dumps(figures, indent=2))
     return 0
@@ -335,12 +432,8 @@ async def _bench(
         figures["freeze"] = frozen
     figures["parameters"] = {
         "jobs": bench_settings.jobs, "rate": bench_settings.rate, "replicas": bench_settings.replicas,
-        "pod_duration": bench_settings.pod_duration, "clusters": stack_settings.clusters,
-        "reconcilers": stack_settings.reconcilers, "status_workers": stack_settings.status_workers,
-        "api_latency_ms": stack_settings.api_latency_ms, "partitions": stack_settings.partitions,
-        "nodes": stack_settings.nodes, "ceiling_creates": ceiling_creates,
-        "control_plane": stack_settings.control_plane, "broker": stack_settings.broker, "idle_s": idle,
-        "reconciler_concurrency": stack_settings.reconciler_concurrency,
+        "pod_duration": bench_settings.pod_duration, "ceiling_creates": ceiling_creates, "idle_s": idle,
+        **_stack_parameters(stack_settings),
     }
     return figures
 

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     serving.configure_tracing("kto-reconciler", settings.instance)
+    serving.lean_collector()
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}")),
         kafka=kafka,

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         health_port=serving.health_port(args),
     )
     serving.configure_tracing("kto-status", settings.instance)
+    serving.lean_collector()
     return serving.serve(
         lambda: running.run(settings, kafka, on_ready=lambda: serving.announce(f"ready {settings.instance}")),
         kafka=kafka,

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             raise
 
     try:
+        serving.lean_collector()
         return serving.serve(watch, kafka=kafka)
     finally:
         provider.shutdown()

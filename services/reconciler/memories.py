@@ -41,6 +41,17 @@ class KeyMemory:
     warned: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     """(uid, reason, message) of the Warning Events this process recorded."""
 
+    def release(self) -> None:
+        """Let go of the view of a finished job that needs nothing more (no act, no timer, no
+        delete awaited): what is left is a tombstone (what was announced and warned, the last
+        pass), so a record that comes later is taken into an empty view, which is read afresh
+        from the API server before anything is decided, and repeats no Event."""
+        self.drop()
+        self.view = views.JobView()
+        self.decided_on = None
+        self.job_seen = None  # no check is due for a key that holds no job
+        self.checking = False
+
     def drop(self) -> None:
         """Release what runs on its own (the timer)."""
         if self.timer is not None:

@@ -245,6 +245,10 @@ class Reconciler:
             planned = self._decide_pass(key, memory)
             self._confirmed(key, overruled=not _acts(planned))
         await self._applier.apply(key, memory, planned)
+        if not _acts(planned) and memory.timer is None and views.finished(view.job):
+            # Finished, nothing to do and no time to wait for (a TTL arms the timer): the view
+            # is released; a later record is read into a fresh one (docs/architecture.md).
+            memory.release()
 
     def _confirmed(self, key: records.JobKey, overruled: bool) -> None:
         if overruled:

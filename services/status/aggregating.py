@@ -147,6 +147,7 @@ class StatusAggregator:
             computed = self._compute(view)
             if computed is None or not outcomes.differs(computed[0].status, computed[1].status):
                 self._metrics.status_write_skipped(key.kind)
+                self._release_if_finished(job_key, view)
                 return None
             return wait
         try:
@@ -161,7 +162,22 @@ class StatusAggregator:
             return CONFLICT_RETRY_AFTER
         if written:
             pace.last_write = self._clock()
+        self._release_if_finished(job_key, view)
         return None
+
+    def _release_if_finished(self, job_key: str, view: views.JobView) -> None:
+        """Let go of the view of a job whose stored status says it finished and needs no write
+        (docs/architecture.md, "Views of finished jobs"). The marks of the pod Events said stay
+        (the tombstone), so a later record, taken into a view read afresh from the API server,
+        repeats none."""
+        if view.job is None or not views.finished(view.job) or view.unconfirmed(outcomes.FAILURE_ANNOTATION):
+            return
+        computed = self._compute(view)
+        if computed is not None and outcomes.differs(computed[0].status, computed[1].status):
+            return
+        self._views.pop(job_key, None)
+        self._paces.pop(job_key, None)
+        self._prepared.pop(id(view), None)
 
     async def _hydrate(self, client: clients.KubeClient, key: records.JobKey, view: views.JobView) -> None:
         """The job and its pods as the API server has them, into the view (a job the API server

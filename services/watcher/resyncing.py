@@ -24,8 +24,8 @@ async def resync_once(watcher: watching.Watcher) -> int:
     for known in watcher.inventory.jobs():
         if known.key is None:
             continue
-        kind = str(known.object.get("kind") or known.key.kind)
-        await watcher.publish("RESYNCED", kind, known.object, known.key)
+        obj = known.object  # unpacked once (the inventory holds it packed)
+        await watcher.publish("RESYNCED", str(obj.get("kind") or known.key.kind), obj, known.key)
         count += 1
     return count
 

@@ -8,7 +8,9 @@ MPIJob v2beta1, et-operator's TrainingJob), of a child that carries the job-name
 label (:data:`CHILD_TYPES`: pods, Services, ConfigMaps, ServiceAccounts, Roles,
 RoleBindings, an MPIJob v2beta1's launcher Job), or of an object tied to a job
 otherwise (:data:`UNLABELLED_TYPES`: the HPA and PodGroups it owns, the scalers
-naming it), keyed by the job key. Never a Secret.
+naming it), keyed by the job key. Never a Secret. Each object is published, and kept in
+the :class:`Inventory`, as its kind's projection (:mod:`shared.api.projections`): a pod
+without its containers' specs.
 
 Per resource type: list, then watch from the list's resourceVersion; BOOKMARKs
 move the resourceVersion on; a broken connection resumes from the last
@@ -42,6 +44,7 @@ from opentelemetry import trace
 from services.watcher import mapping
 from services.watcher.settings import WatcherSettings
 from shared import metrics, tracing
+from shared.api import projections
 from shared.bus import events, producing, records
 from shared.kube import clients, resources
 
@@ -111,12 +114,21 @@ def selector_for(rt: resources.ResourceType) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Known:
-    """An object as last published."""
+    """An object as last published: its kind's projection (:mod:`shared.api.projections`), packed."""
 
     uid: str
     resource_version: str
-    object: dict[str, Any]
+    packed: projections.Packed
     key: records.JobKey | None
+
+    @classmethod
+    def of(cls, uid: str, resource_version: str, obj: dict[str, Any], key: records.JobKey | None) -> Known:
+        return cls(uid, resource_version, projections.pack(obj), key)
+
+    @property
+    def object(self) -> dict[str, Any]:
+        """The object as published (a new copy on every read)."""
+        return projections.unpack(self.packed)
 
 
 ObjectId = tuple[str, str]
@@ -154,6 +166,14 @@ class Inventory:
 
     def job(self, key: records.JobKey) -> Known | None:
         return self._by_kind.get(key.kind, {}).get((key.namespace, key.name))
+
+    def shared_key(self, key: records.JobKey | None) -> records.JobKey | None:
+        """``key``, or the equal one its job's entry already holds: a job's children share one
+        key object instead of one each (a key is a pydantic model of about half a kilobyte)."""
+        if key is None:
+            return None
+        job = self.job(key)
+        return job.key if job is not None and job.key == key else key
 
 
 class BrokerOutage:
@@ -366,6 +386,9 @@ class Watcher:
         if event not in ("ADDED", "MODIFIED", "DELETED", "RESYNCED"):
             log.warning("%s: ignoring watch event of type %r", rt.plural, event)
             return
+        # Only what kto reads is published and kept (shared.api.projections); the rest of
+        # the object is on the API server, and is released here.
+        obj = projections.project(obj, rt.kind)
         meta = _meta(obj)
         ident = _ident(obj)
         version = str(meta.get("resourceVersion") or "")
@@ -381,7 +404,7 @@ class Watcher:
         if event == "DELETED":
             known.pop(ident, None)
         else:
-            known[ident] = Known(str(meta.get("uid") or ""), version, obj, key)
+            known[ident] = Known.of(str(meta.get("uid") or ""), version, obj, self.inventory.shared_key(key))
 
     def _parent(self, key: records.JobKey, kind: str, obj: dict[str, Any]) -> otel_context.Context | None:
         """The trace context of the job's ``kto.dev/traceparent`` annotation, if any."""
@@ -425,6 +448,7 @@ class Watcher:
             object_kind=kind,
             event=event,
             object=obj,
+            projection=projections.VERSION if projections.projects(kind) else 0,
         )
         with _tracer.start_as_current_span(
             f"watch {event} {kind}",

@@ -97,6 +97,12 @@ _CUT = re.compile(r"\[kto: \d+ characters cut\] ")
 _DROP = object()
 """An edit that removes the key (:func:`_replaced`)."""
 
+_OBJECT_KEYS = frozenset({"kind", "metadata", "managedFields", "env", *_COMMAND_FIELDS})
+"""Keys of an object's node that :func:`_redacted` looks at (``managedFields``: a metadata's, dropped
+whole, never walked into); a node without any is only walked through."""
+_DETAIL_KEYS = _OBJECT_KEYS | {*DIGESTED_DETAIL, *OUTPUT_DETAIL, "message"}
+"""The same in a Decision's detail."""
+
 _STAND_IN_METADATA = (
     "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
     "deletionTimestamp", "labels", "ownerReferences", "finalizers",
@@ -238,6 +244,11 @@ class Observation(_Envelope):
     """Non-empty when the object was too large or too deep for a record: why. The
     ``object`` is then a stand-in holding only apiVersion, kind, metadata (without
     annotations) and status; the whole object is on the API server."""
+    projection: int = 0
+    """0: the object as the API server returned it (but for :attr:`redacted` and :attr:`omitted`);
+    N: its kind's projection, version N of :mod:`shared.api.projections` (only the fields kto
+    reads: a pod without its containers' specs, say). Written only when not 0, so a record
+    of a kind kept whole, and every record written before projections, reads as whole."""
 
 
 WAKE_ACTION = "cluster_wait_released"
@@ -325,8 +336,10 @@ def encode(record: Observation | Decision, digest_key: bytes = b"") -> bytes:
 
 
 def _dump(record: Observation | Decision) -> bytes:
-    if isinstance(record, Observation) and not record.redacted and not record.omitted:
-        return record.model_dump_json(exclude={"redacted", "omitted"}).encode()
+    if isinstance(record, Observation):
+        empty = {name for name in ("redacted", "omitted", "projection") if not getattr(record, name)}
+        if empty:
+            return record.model_dump_json(exclude=empty).encode()
     return record.model_dump_json().encode()
 
 
@@ -468,23 +481,30 @@ def redact_object(obj: dict[str, Any], digest_key: bytes = b"") -> tuple[dict[st
 def _redacted(obj: dict[str, Any], digest_key: bytes, *, decision: bool) -> tuple[dict[str, Any], list[str]]:
     """The walk behind :func:`redact_object`; ``decision``: ``obj`` is a Decision's detail,
     whose keys :data:`DIGESTED_DETAIL`, :data:`OUTPUT_DETAIL` and ``message`` are redacted
-    too, but for the objects it carries (under ``object``: a basis's), which are objects."""
-    edits: list[tuple[list[str | int], Any, str]] = []
-    """(keys, new value or _DROP, path) of every change."""
+    too, but for the objects it carries (under ``object``: a basis's), which are objects.
+    A node is reached by its keys alone; the field path is spelled only for what is changed."""
+    edits: list[tuple[list[str | int], Any]] = []
+    """(keys, new value or _DROP) of every change."""
 
-    def replace(keys: list[str | int], path: str, value: Any) -> None:
+    def replace(keys: list[str | int], value: Any) -> None:
         if isinstance(value, str) and value and not is_replaced(value):
-            edits.append((keys, digest(value, digest_key), path))
+            edits.append((keys, digest(value, digest_key)))
 
-    stack: list[tuple[Any, list[str | int], str, bool]] = [(obj, [], "", decision)]
+    stack: list[tuple[Any, list[str | int], bool]] = [(obj, [], decision)]
     while stack:
-        node, keys, path, in_detail = stack.pop()
+        node, keys, in_detail = stack.pop()
         if isinstance(node, list):
             for index, child in enumerate(node):
                 if isinstance(child, (dict, list)):
-                    stack.append((child, [*keys, index], limits.segment(path, index), in_detail))
+                    stack.append((child, [*keys, index], in_detail))
             continue
         if not isinstance(node, dict):
+            continue
+        if node.keys().isdisjoint(_DETAIL_KEYS if in_detail else _OBJECT_KEYS):
+            # Nothing here to replace (most nodes): only what it holds is looked into.
+            for key, child in node.items():
+                if isinstance(child, (dict, list)):
+                    stack.append((child, [*keys, key], in_detail and key != "object"))
             continue
         handled: set[str] = set()
         if node.get("kind") == "Secret":
@@ -492,74 +512,85 @@ def _redacted(obj: dict[str, Any], digest_key: bytes, *, decision: bool) -> tupl
                 values = node.get(field)
                 if isinstance(values, dict):
                     handled.add(field)
-                    field_path = limits.segment(path, field)
                     for name, value in values.items():
-                        replace([*keys, field, name], limits.segment(field_path, str(name)), value)
+                        replace([*keys, field, name], value)
         metadata = node.get("metadata")
         if isinstance(metadata, dict):
-            meta_path = limits.segment(path, "metadata")
             if "managedFields" in metadata:
-                edits.append(([*keys, "metadata", "managedFields"], _DROP, limits.segment(meta_path, "managedFields")))
+                edits.append(([*keys, "metadata", "managedFields"], _DROP))
             annotations = metadata.get("annotations")
             if isinstance(annotations, dict):
                 for name in DROPPED_ANNOTATIONS:
                     if name in annotations:
-                        edits.append(([*keys, "metadata", "annotations", name], _DROP,
-                                      limits.segment(limits.segment(meta_path, "annotations"), name)))
+                        edits.append(([*keys, "metadata", "annotations", name], _DROP))
         env = node.get("env")
         if isinstance(env, list):
             handled.add("env")
-            env_path = limits.segment(path, "env")
             for index, item in enumerate(env):
                 if isinstance(item, dict):
-                    replace([*keys, "env", index, "value"], f"{env_path}[{index}].value", item.get("value"))
+                    replace([*keys, "env", index, "value"], item.get("value"))
                     if isinstance(item.get("valueFrom"), (dict, list)):
-                        stack.append((item["valueFrom"], [*keys, "env", index, "valueFrom"],
-                                      f"{env_path}[{index}].valueFrom", in_detail))
+                        stack.append((item["valueFrom"], [*keys, "env", index, "valueFrom"], in_detail))
         for field in dict.fromkeys((*_COMMAND_FIELDS, *(DIGESTED_DETAIL if in_detail else ()))):
             value = node.get(field)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 handled.add(field)
-                field_path = limits.segment(path, field)
                 for index, item in enumerate(value):
-                    replace([*keys, field, index], f"{field_path}[{index}]", item)
+                    replace([*keys, field, index], item)
             elif isinstance(value, str):
                 handled.add(field)
-                replace([*keys, field], limits.segment(path, field), value)
+                replace([*keys, field], value)
         if in_detail:
             for field in OUTPUT_DETAIL:
                 value = node.get(field)
                 if isinstance(value, str) and tail(value) != value:
-                    edits.append(([*keys, field], tail(value), limits.segment(path, field)))
+                    edits.append(([*keys, field], tail(value)))
             value = node.get("message")
             if isinstance(value, str) and scrub_message(value) != value:
-                edits.append(([*keys, "message"], scrub_message(value), limits.segment(path, "message")))
+                edits.append(([*keys, "message"], scrub_message(value)))
         for key, child in node.items():
             if key in handled or not isinstance(child, (dict, list)):
                 continue
             if key == "managedFields" and keys and keys[-1] == "metadata":
                 continue  # dropped whole
             # The objects a basis carries (``object``) are redacted as objects, not as detail.
-            stack.append((child, [*keys, key], limits.segment(path, str(key)), in_detail and key != "object"))
-    result: Any = obj
-    for edit_keys, value, _ in edits:
-        result = _replaced(result, edit_keys, value)
-    return result, [p for _, _, p in edits]
+            stack.append((child, [*keys, key], in_detail and key != "object"))
+    if not edits:
+        return obj, []
+    paths: dict[tuple[str | int, ...], str] = {(): ""}
+    return _replaced(obj, edits), [_path(tuple(edit_keys), paths) for edit_keys, _ in edits]
 
 
-def _replaced(node: Any, keys: list[str | int], value: Any) -> Any:
-    """A copy of ``node`` with ``value`` at ``keys`` (removed for ``_DROP``); containers
-    off the path are shared."""
+def _path(keys: tuple[str | int, ...], paths: dict[tuple[str | int, ...], str]) -> str:
+    """The field path of ``keys`` (:func:`shared.api.limits.segment`: ``a.b[0]``; an index is an
+    ``int``, any other key is named by its text), its parents' kept in ``paths`` for the next."""
+    known = len(keys)
+    while keys[:known] not in paths:
+        known -= 1
+    path = paths[keys[:known]]
+    for end in range(known + 1, len(keys) + 1):
+        key = keys[end - 1]
+        path = paths[keys[:end]] = limits.segment(path, key if type(key) is int else str(key))
+    return path
+
+
+def _replaced(node: dict[str, Any], edits: list[tuple[list[str | int], Any]]) -> dict[str, Any]:
+    """A copy of ``node`` with each edit's value at its keys (removed for ``_DROP``), in order;
+    each container on the way to an edit is copied once, those off the way are shared."""
     top = node.copy()
-    current = top
-    for key in keys[:-1]:
-        child = current[key].copy()
-        current[key] = child
-        current = child
-    if value is _DROP:
-        del current[keys[-1]]
-    else:
-        current[keys[-1]] = value
+    copies = {id(top)}
+    for keys, value in edits:
+        current: Any = top
+        for key in keys[:-1]:
+            child = current[key]
+            if id(child) not in copies:
+                child = current[key] = child.copy()
+                copies.add(id(child))
+            current = child
+        if value is _DROP:
+            del current[keys[-1]]
+        else:
+            current[keys[-1]] = value
     return top
 
 
@@ -567,11 +598,18 @@ def fit(record: Observation | Decision) -> bytes:
     """``record`` encoded; one too large or too deep to encode loses its bulk instead:
     an Observation carries a stand-in of its object (see :attr:`Observation.omitted`),
     a Decision a shortened message and no detail."""
-    why = _unreadable(record.object if isinstance(record, Observation) else record.detail)
+    failure: Exception | None = None
     try:
-        data = b"" if why else _dump(record)
-    except Exception as exc:  # e.g. a value pydantic cannot serialise
-        why = f"the object cannot be encoded ({_short(exc)})"
+        data = _dump(record)
+    except Exception as exc:  # e.g. a value pydantic cannot serialise, or nested past its limit
+        data, failure = b"", exc
+    # The walk that would find an object too deep or an integer too long for decode runs
+    # only when the bytes leave room for one (two C scans of the bytes, against a walk of
+    # every value: most of what encoding cost).
+    why = _unreadable(record.object if isinstance(record, Observation) else record.detail) if (
+        failure is not None or not _few_containers(data) or _LONG_DIGITS.search(data)) else ""
+    if not why and failure is not None:
+        why = f"the object cannot be encoded ({_short(failure)})"
     if not why:
         if len(data) <= MAX_RECORD_BYTES:
             return data
@@ -610,6 +648,18 @@ def fit(record: Observation | Decision) -> bytes:
 _MAX_INT_BITS = 14_000
 """Integers longer than this (about 4,200 digits) could not be read back (Python's
 limit on converting digits is 4,300)."""
+
+_LONG_DIGITS = re.compile(rb"[0-9]{4200}")
+"""A run of digits as long as the shortest integer of more than :data:`_MAX_INT_BITS` bits
+(4,215 digits) has, with room to spare: JSON bytes without one hold no such integer."""
+
+
+def _few_containers(data: bytes) -> bool:
+    """Whether the JSON ``data`` opens at most :data:`MAX_RECORD_DEPTH` objects and arrays (a
+    bracket inside a string counts too): then nothing in it can be nested deeper than the
+    limit, and the walk that measures depth is not needed. A C scan of the bytes; a pod's
+    record has about a hundred."""
+    return data.count(b"{") + data.count(b"[") <= MAX_RECORD_DEPTH
 
 
 def _unreadable(value: Any) -> str:
@@ -652,7 +702,7 @@ def decode(data: bytes | None) -> Observation | Decision:
         raise MalformedRecord("not JSON this reader can parse: nested too deep") from None
     except Exception as exc:  # e.g. an integer of more than 4,300 digits (ValueError)
         raise MalformedRecord(f"not JSON this reader can parse: {_short(exc)}") from None
-    deep = limits.too_deep(raw, MAX_RECORD_DEPTH)
+    deep = None if _few_containers(data) else limits.too_deep(raw, MAX_RECORD_DEPTH)
     if deep is not None:
         raise MalformedRecord(
             f"nested {deep[1]} levels deep at {limits.shorten(deep[0]) or '<record>'}, "

@@ -8,15 +8,19 @@ name) never rolls the view back; a deletion removes only the incarnation it
 names. A record of the job that is older than the view asks for a re-read
 (``reread``): the API server, not a record, settles which is right. So does
 it for an annotation a worker acts on (kto's failure verdict): one the API
-server has not returned is ``unconfirmed``, and is read again. Pure: no I/O.
+server has not returned is ``unconfirmed``, and is read again. Every child is held as
+its kind's projection (:func:`shared.api.projections.project`: what decisions read), whether
+it came in a record or from the API server, so a decision never depends on which, and is
+packed (:class:`Children`): a few hundred bytes where its dicts took kilobytes. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from shared.api import objects
+from shared.api import objects, projections
 
 Manifest = dict[str, Any]
 ChildKey = tuple[str, str]
@@ -63,6 +67,20 @@ def relevant_state(obj: Manifest) -> tuple[Any, ...]:
     return (*common, status.get("phase"), containers)
 
 
+FINISHED = frozenset({"Succeeded", "Failed"})
+"""Condition types that, True, say a job has finished (every family's)."""
+
+
+def finished(job: Manifest | None) -> bool:
+    """Whether ``job`` says it finished: a ``Succeeded`` or ``Failed`` condition that is True.
+    What lets a worker release its view of the job (docs/architecture.md, "Views of finished
+    jobs"): a record that comes later is taken into a view read afresh from the API server."""
+    status = (job or {}).get("status")
+    found = status.get("conditions") if isinstance(status, dict) else None
+    return any(isinstance(c, dict) and c.get("type") in FINISHED and c.get("status") == "True"
+               for c in found or ())
+
+
 _uid = objects.uid_of
 _annotations = objects.annotations_of
 
@@ -71,16 +89,50 @@ def child_key(obj: Manifest) -> ChildKey:
     return (str(obj.get("kind", "")), objects.name_of(obj))
 
 
+class Children(MutableMapping[ChildKey, Manifest]):
+    """A view's children by (kind, name), each held packed (:func:`projections.pack`) and
+    unpacked afresh on every read: a view is read once per pass but held for the job's life.
+    Each read gives a new copy: what a reader changes in it changes nothing held."""
+
+    def __init__(self) -> None:
+        self._held: dict[ChildKey, projections.Packed] = {}
+
+    def __getitem__(self, key: ChildKey) -> Manifest:
+        return projections.unpack(self._held[key])
+
+    def __setitem__(self, key: ChildKey, value: Manifest) -> None:
+        self._held[key] = projections.pack(value)
+
+    def __delitem__(self, key: ChildKey) -> None:
+        del self._held[key]
+
+    def __iter__(self) -> Iterator[ChildKey]:
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def clear(self) -> None:
+        self._held.clear()
+
+    def __repr__(self) -> str:
+        return f"Children({sorted(self._held)!r})"
+
+
 @dataclasses.dataclass(frozen=True)
 class _Logged:
     """``(kind, name, resourceVersion) in view.logged``."""
 
-    versions: dict[ChildKey, set[str]]
+    versions: dict[ChildKey, str | set[str]]
 
     def __contains__(self, version: object) -> bool:
         if not isinstance(version, tuple) or len(version) != 3:
             return False
-        return version[2] in self.versions.get((version[0], version[1]), ())
+        held = self.versions.get((version[0], version[1]))
+        return held == version[2] if isinstance(held, str) else held is not None and version[2] in held
 
 
 @dataclasses.dataclass
@@ -88,7 +140,7 @@ class JobView:
     """What one worker knows about one job key."""
 
     job: Manifest | None = None
-    children: dict[ChildKey, Manifest] = dataclasses.field(default_factory=dict)
+    children: Children = dataclasses.field(default_factory=Children)
     hydrated: bool = False
     gone: bool = False
     """The job was deleted: nothing more to do for this key until it is created again."""
@@ -106,9 +158,9 @@ class JobView:
     watches, and a child's DELETED can come first."""
     from_server: tuple[str | None, dict[str, Any]] | None = None
     """(uid, annotations) of the job as the API server last returned it."""
-    logged_versions: dict[ChildKey, set[str]] = dataclasses.field(default_factory=dict)
-    """(kind, name) → resourceVersions of it taken from records (every version of the job,
-    the newest of each child): what a decision's basis can name without carrying it."""
+    logged_versions: dict[ChildKey, str | set[str]] = dataclasses.field(default_factory=dict)
+    """(kind, name) → resourceVersions of it taken from records (every version of the job, a
+    set; the newest of each child, a string): what a decision's basis can name without carrying it."""
 
     def note_logged(self, obj: Manifest, is_job: bool) -> None:
         """``obj`` came in a record: a basis may name this version of it by reference."""
@@ -117,9 +169,13 @@ class JobView:
             return
         key = child_key(obj)
         if is_job:
-            self.logged_versions.setdefault(key, set()).add(version)
+            held = self.logged_versions.get(key)
+            if isinstance(held, set):
+                held.add(version)
+            else:
+                self.logged_versions[key] = {version}
         else:
-            self.logged_versions[key] = {version}
+            self.logged_versions[key] = version  # a child's newest only: a string, not a set of one
 
     @property
     def logged(self) -> _Logged:
@@ -131,6 +187,7 @@ class JobView:
         a redelivered one) is not taken, and sets :attr:`reread`: if the view is
         ahead of the cluster because a record lied about its version, only reading
         the API server can tell."""
+        obj = projections.project(obj)
         uid = _uid(obj)
         if deleted:
             if self.job is None or _uid(self.job) == uid:
@@ -152,6 +209,7 @@ class JobView:
             self.job, self.gone, self.confirmed, self.from_server = None, True, False, None
             self.children.clear()
             return
+        obj = projections.project(obj)
         if self.job is not None and _uid(self.job) != _uid(obj):
             self.children.clear()
         self.job, self.gone, self.confirmed, self.reread = obj, False, True, False
@@ -170,11 +228,12 @@ class JobView:
         read (``held``), those it lacks are gone; children first observed meanwhile are kept."""
         self.drop_children(held - {child_key(c) for c in listed})
         for child in listed:
-            self.children[child_key(child)] = child
+            self.children[child_key(child)] = projections.project(child)
 
     def observe_child(self, obj: Manifest, deleted: bool) -> bool:
         """Take in a child; True if what decisions and statuses look at changed
         (:func:`relevant_state`), False for a change nothing depends on."""
+        obj = projections.project(obj)
         key = child_key(obj)
         current = self.children.get(key)
         if deleted:

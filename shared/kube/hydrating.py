@@ -2,7 +2,8 @@
 
 In: a client and a job's kind, namespace and name. Out: the job (None when it
 does not exist) and its children: one GET of the job and one label-selected
-LIST per child type the kind can have, all at once. Secrets are never listed:
+LIST per child type the kind can have, all at once; each child as its kind's projection
+(:mod:`shared.api.projections`: what decisions read, as a record carries it). Secrets are never listed:
 the SSH Secret kto makes for a job is read by its name (a TrainingJob's
 ``<job>``, an MPIJob v2beta1's ``<job>-ssh``), so the reconciler needs no
 right to list Secrets, and the watcher does not watch them.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shared.api import jobs
+from shared.api import jobs, projections
 from shared.core.mpi_v2 import planning as mpi_v2_planning
 from shared.kube import clients, resources
 
@@ -94,7 +95,7 @@ async def hydrate(
         return None, []
     job.setdefault("apiVersion", jobs.API_VERSION)
     job.setdefault("kind", kind)
-    return job, [child for items in results[1:] for child in items]
+    return job, [projections.project(child) for items in results[1:] for child in items]
 
 
 async def _job(

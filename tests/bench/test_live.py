@@ -8,25 +8,16 @@ bytes on the jobs topic are counted. Bad input is refused in one line.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from bench import live
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def kto(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kto", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300, check=False)
+from tests.bench import commands
 
 
 def test_a_small_live_run_materialises_every_job_and_measures_every_process(tmp_path: pathlib.Path) -> None:
-    result = kto("bench", "--live-jobs", "20", "--replicas", "2", "--hold", "1", "--timeout", "60",
+    result = commands.kto("bench", "--live-jobs", "20", "--replicas", "2", "--hold", "1", "--timeout", "60",
                  "--state-dir", str(tmp_path / "bench"))
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout)
@@ -63,7 +54,7 @@ def test_a_live_run_that_times_out_says_how_far_it_got_and_what_each_process_hol
     pytest.param(["--live-jobs", "5", "--replicas", "0"], "--replicas must be at least 1", id="no replicas"),
 ])
 def test_bad_live_runs_are_refused_in_one_line(args: list[str], error: str) -> None:
-    result = kto("bench", *args)
+    result = commands.kto("bench", *args)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"kto bench: error: {error}"
     assert "Traceback" not in result.stderr

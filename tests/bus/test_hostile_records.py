@@ -91,6 +91,27 @@ def test_an_object_too_large_or_too_deep_for_a_record_is_replaced_by_a_stand_in(
                               "status": {"phase": "Running"}}
 
 
+@pytest.mark.parametrize(("bulk", "why"), [
+    pytest.param({"extra": nested(records.MAX_RECORD_DEPTH + 1)}, "the object is nested more than 200 levels deep", id="201-levels"),
+    pytest.param({"extra": 10 ** 4300}, "the object holds an integer of more than 4,200 digits",
+                 id="4301-digit-int"),
+])
+def test_an_object_decode_would_refuse_is_carried_as_a_stand_in_that_says_why(bulk: dict[str, Any], why: str) -> None:
+    decoded = records.decode(records.encode(observation({**pod(), **bulk})))
+    assert isinstance(decoded, records.Observation)
+    assert decoded.omitted.startswith(why) and "extra" not in decoded.object
+
+
+def test_an_object_of_many_shallow_containers_is_written_whole_and_read_back() -> None:
+    """More containers than the depth limit, none deep: the walks that measure depth run and find nothing."""
+    shallow = {"items": [{"n": [i]} for i in range(records.MAX_RECORD_DEPTH)]}
+    data = records.encode(observation({**pod(), **shallow}))
+    assert data.count(b"{") + data.count(b"[") > records.MAX_RECORD_DEPTH
+    decoded = records.decode(data)
+    assert isinstance(decoded, records.Observation)
+    assert not decoded.omitted and decoded.object["items"] == shallow["items"]
+
+
 def test_a_decision_too_large_for_a_record_keeps_a_shortened_message() -> None:
     record = records.Decision(key=KEY, action="job_validation_failed", message="m" * 2_000_000,
                               detail={"blob": "x" * 2_000_000})

@@ -110,3 +110,14 @@ def test_what_kto_cannot_use_is_one_line_naming_the_variable(
     with pytest.raises(SettingsError) as caught:
         KafkaSettings.from_env(bad(tmp_path, issued, case))
     assert str(caught.value).startswith(said) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("asked", "on_kafka", "on_tansu"), [
+    pytest.param(None, 500, settings.TANSU_FETCH_MAX_WAIT_MS, id="unset-waits-long-on-kafka-short-on-tansu"),
+    pytest.param(250, 250, 250, id="set-is-kept-on-both"),
+])
+def test_a_fetch_waits_long_on_kafka_which_answers_as_records_arrive_and_short_on_tansu(
+    asked: int | None, on_kafka: int, on_tansu: int,
+) -> None:
+    chosen = KafkaSettings() if asked is None else KafkaSettings(fetch_max_wait_ms=asked)
+    assert (chosen.fetch_max_wait_ms, settings.for_tansu(chosen).fetch_max_wait_ms) == (on_kafka, on_tansu)

@@ -95,3 +95,48 @@ def test_a_job_record_older_than_the_view_asks_for_a_reread_and_the_api_server_w
     assert not view.reread and view.confirmed and view.job["metadata"]["resourceVersion"] == "31"
     view.observe_job(job(5, uid="job-0"), deleted=False)
     assert view.job["metadata"]["uid"] == "job-1", "a late record of a deleted job with the same name"
+
+
+@pytest.mark.parametrize(("conditions", "done"), [
+    pytest.param([{"type": "Created", "status": "True"}, {"type": "Succeeded", "status": "True"}], True, id="succeeded"),
+    pytest.param([{"type": "Failed", "status": "True"}], True, id="failed"),
+    pytest.param([{"type": "Running", "status": "True"}, {"type": "Failed", "status": "False"}], False, id="running"),
+    pytest.param(None, False, id="no-status"),
+])
+def test_a_job_has_finished_when_a_succeeded_or_failed_condition_is_true(
+        conditions: list[dict[str, str]] | None, done: bool) -> None:
+    job = {"metadata": {"name": "j"}, **({"status": {"conditions": conditions}} if conditions is not None else {})}
+    assert views.finished(job) is done
+
+
+def test_children_are_held_as_their_projection_whether_observed_or_listed() -> None:
+    full = {**pod(5, "Running"), "spec": {"containers": [{"name": "pytorch", "image": "i", "env": [{"name": "A"}]}],
+                                          "volumes": [{"name": "v"}]}}
+    observed, listed = views.JobView(), views.JobView()
+    observed.observe_child(copy.deepcopy(full), deleted=False)
+    listed.replace_children([copy.deepcopy(full)], set())
+    key = ("Pod", "pt-worker-0")
+    assert observed.children[key] == listed.children[key]
+    assert observed.children[key]["spec"] == {"containers": [{"name": "pytorch"}]}
+
+
+def test_a_child_read_from_the_view_is_a_copy_that_changes_nothing_held() -> None:
+    view = views.JobView()
+    view.observe_child(pod(5, "Running"), deleted=False)
+    read = view.children[("Pod", "pt-worker-0")]
+    read["status"]["phase"] = "Failed"
+    assert view.children[("Pod", "pt-worker-0")]["status"]["phase"] == "Running"
+    assert set(view.children) == {("Pod", "pt-worker-0")} and len(view.children) == 1
+
+
+def test_every_logged_version_of_the_job_is_named_and_only_the_newest_of_a_child() -> None:
+    view = views.JobView()
+    job = {"kind": "PyTorchJob", "metadata": {"name": "pt", "resourceVersion": "1"}}
+    view.note_logged(job, is_job=True)
+    view.note_logged({**job, "metadata": {"name": "pt", "resourceVersion": "2"}}, is_job=True)
+    view.note_logged(pod(5), is_job=False)
+    view.note_logged(pod(6), is_job=False)
+    assert ("PyTorchJob", "pt", "1") in view.logged and ("PyTorchJob", "pt", "2") in view.logged
+    assert ("Pod", "pt-worker-0", "6") in view.logged
+    assert ("Pod", "pt-worker-0", "5") not in view.logged and ("Pod", "pt-worker-0", "") not in view.logged
+    assert ("Pod", "pt-worker-1", "6") not in view.logged

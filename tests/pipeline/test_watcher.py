@@ -24,6 +24,7 @@ from kto.commands import watcher as watcher_command
 from services.watcher import running, watching
 from services.watcher.settings import WatcherSettings
 from shared import metrics, tracing
+from shared.api import projections
 from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings, client_options
 from shared.kube import clients, resources
@@ -204,6 +205,30 @@ async def test_a_job_and_its_pod_are_published_in_order_under_the_job_key(
     # Later changes of the pod (scheduled, started by the kubelet) follow, in resourceVersion order.
     pod_versions = [int(r.resource_version) for r in found if r.object_kind == "Pod"]
     assert pod_versions == sorted(pod_versions)
+
+
+async def test_a_pod_is_published_as_its_projection_and_the_job_and_its_service_whole(
+    cluster: sim_cluster.Cluster, client: clients.KubeClient, bus: KafkaSettings,
+) -> None:
+    async with service_task(running.run(settings_for(cluster), bus), "watcher"):
+        job = await client.create(resources.JOB_TYPES["PyTorchJob"], NS, pytorchjob("lean"))
+        full = pod("lean-master-0", child_labels("lean"))
+        full["spec"]["containers"][0].update(env=[{"name": "TOKEN", "value": "secret"}], command=["run"])
+        full["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+        await client.create(resources.PODS, NS, full)
+        await client.create(resources.SERVICES, NS, service("lean-master-0", child_labels("lean")))
+        found = await published(bus, key("lean"), ("ADDED", "Pod", "lean-master-0"),
+                                ("ADDED", "Service", "lean-master-0"))
+    pods = [r for r in found if r.object_kind == "Pod"]
+    assert pods and all(r.projection == projections.VERSION for r in pods)
+    for record in pods:
+        assert record.object["spec"]["containers"] == [{"name": "c"}]
+        assert "volumes" not in record.object["spec"] and not record.redacted
+        assert record.object["metadata"]["labels"] == child_labels("lean")
+    (job_record,) = [r for r in found if r.object_kind == "PyTorchJob"]
+    assert job_record.projection == 0 and job_record.object["spec"] == job["spec"]
+    (service_record,) = [r for r in found if r.object_kind == "Service"]
+    assert service_record.projection == 0 and service_record.object["spec"]["ports"][0]["port"] == 23456
 
 
 async def test_records_carry_the_trace_of_the_job_annotation(

@@ -57,3 +57,20 @@ async def test_closing_cancels_every_timer_and_keeps_the_views() -> None:
     kept.close()
     assert all(t.cancelled() for t in timers)
     assert kept.get("c/ns/A/a") is not None
+
+
+def test_releasing_a_finished_jobs_memory_keeps_a_tombstone_and_drops_its_view() -> None:
+    kept = fresh()
+    memory = kept.of("c/ns/JAXJob/j")
+    memory.view.replace_job({"metadata": {"name": "j", "uid": "u", "resourceVersion": "9"}})
+    memory.view.hydrated = True
+    memory.view.observe_child({"kind": "Pod", "metadata": {"name": "j-worker-0", "uid": "p"}}, deleted=False)
+    memory.decided_on, memory.job_seen = memory.view.job, 10.0
+    memory.announced, memory.last_pass = ("u", "r", "m"), "pass-1"
+    memory.warned.add(("u", "r", "m"))
+    memory.release()
+    assert kept.get("c/ns/JAXJob/j") is memory
+    assert (memory.view.job, memory.view.children, memory.view.hydrated) == (None, {}, False)
+    assert (memory.decided_on, memory.job_seen) == (None, None)
+    assert (memory.announced, memory.last_pass, memory.warned) == (("u", "r", "m"), "pass-1", {("u", "r", "m")})
+    assert kept.due_for_check(now=1e6, check_after=1.0) == []

@@ -66,3 +66,24 @@ async def test_a_key_whose_job_is_gone_from_the_api_server_is_forgotten(
     assert reconciler.memory(record.key) is None
     pods, _ = await client.list(resources.PODS, NAMESPACE)
     assert pods == []
+
+
+async def test_a_finished_jobs_view_is_released_to_a_tombstone_and_read_afresh_when_a_record_comes(
+    sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, reconciler: reconciling.Reconciler,
+) -> None:
+    created = await client.create(PYTORCHJOBS, NAMESPACE, pytorchjob())
+    done = "2024-01-02T03:04:05Z"
+    finished = await client.request("PUT", PYTORCHJOBS.path(NAMESPACE, NAME, "status"), route="pytorchjobs/status",
+                                    body={**created, "status": {
+                                        "conditions": [{"type": "Succeeded", "status": "True", "reason": "Done",
+                                                        "lastTransitionTime": done, "lastUpdateTime": done}],
+                                        "startTime": done, "completionTime": done, "replicaStatuses": {}}})
+    record = observed(sim_cluster.settings.context, {**finished, "apiVersion": jobs.API_VERSION, "kind": "PyTorchJob"})
+    for _ in range(2):  # the second time, a later record of the job comes to the released key
+        await reconciler.handle(record, otel_context.get_current())
+        await reconciler.settle(record.key, otel_context.get_current(), flush=False)
+        memory = reconciler.memory(record.key)
+        assert memory is not None, "a tombstone is kept"
+        assert (memory.view.job, len(memory.view.children), memory.view.hydrated, memory.timer) == (None, 0, False, None)
+    pods, _ = await client.list(resources.PODS, NAMESPACE)
+    assert pods == [], "nothing made for a finished job"

@@ -44,37 +44,48 @@ def observed(cluster: str, kind: str, obj: dict[str, Any], event: str = "ADDED")
                                object_kind=kind, event=event, object=obj, source="watcher")
 
 
-async def master_pod(client: clients.KubeClient, job: dict[str, Any]) -> dict[str, Any]:
-    """The job's master pod as its reconciler would make it, once the sim's kubelet runs it (for
-    ten minutes: it is Running whatever a record says)."""
+async def master_pod(client: clients.KubeClient, job: dict[str, Any], duration: str = "600",
+                     phase: str = "Running") -> dict[str, Any]:
+    """The job's master pod as its reconciler would make it, once the sim's kubelet has it in
+    ``phase`` (run for ten minutes by default: it is Running whatever a record says)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": f"{NAME}-master-0", "namespace": NAMESPACE, "annotations": {"sim.kto.dev/duration": "600"},
+        "name": f"{NAME}-master-0", "namespace": NAMESPACE, "annotations": {"sim.kto.dev/duration": duration},
         "labels": {"training.kubeflow.org/job-name": NAME, "training.kubeflow.org/replica-type": "master",
                    "training.kubeflow.org/replica-index": "0",
                    "training.kubeflow.org/operator-name": "pytorchjob-controller"},
         "ownerReferences": [{"apiVersion": jobs.API_VERSION, "kind": "PyTorchJob", "name": NAME,
                              "uid": job["metadata"]["uid"], "controller": True}]},
-        "spec": {"containers": [{"name": "pytorch", "image": "pytorch:latest"}]}}
+        "spec": {"containers": [{"name": "pytorch", "image": "pytorch:latest"}], "restartPolicy": "Never"}}
     await client.create(resources.PODS, NAMESPACE, pod)
     for _ in range(200):
         running = await client.get(resources.PODS, NAMESPACE, pod["metadata"]["name"])
-        if (running.get("status") or {}).get("phase") == "Running":
+        if (running.get("status") or {}).get("phase") == phase:
             return {**running, "apiVersion": "v1", "kind": "Pod"}
         await asyncio.sleep(0.05)
     raise AssertionError(f"the sim's kubelet did not run the pod: {running.get('status')}")
+
+
+async def settled_with_its_master_pod(
+    sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, aggregator: aggregating.StatusAggregator,
+    phase: str,
+) -> tuple[str, dict[str, Any], float | None]:
+    """A job made and its master pod run to ``phase`` (Running: for ten minutes; Succeeded: it
+    ends at once), both taken in as records and settled: the cluster, the pod, and what settle
+    returned."""
+    cluster = sim_cluster.settings.context
+    job = {**await client.create(PYTORCHJOBS, NAMESPACE, pytorchjob()), "apiVersion": jobs.API_VERSION,
+           "kind": "PyTorchJob"}
+    pod = await master_pod(client, job, *(("0.3", phase) if phase != "Running" else ()))
+    assert await aggregator.handle(observed(cluster, "PyTorchJob", job), otel_context.get_current())
+    assert await aggregator.handle(observed(cluster, "Pod", pod), otel_context.get_current())
+    return cluster, pod, await aggregator.settle(key(cluster), otel_context.get_current(), flush=True)
 
 
 async def test_a_job_and_its_running_pod_are_settled_into_one_status_write(
     sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, aggregator: aggregating.StatusAggregator,
     bus: KafkaSettings,
 ) -> None:
-    job = {**await client.create(PYTORCHJOBS, NAMESPACE, pytorchjob()), "apiVersion": jobs.API_VERSION,
-           "kind": "PyTorchJob"}
-    pod = await master_pod(client, job)
-    cluster = sim_cluster.settings.context
-    assert await aggregator.handle(observed(cluster, "PyTorchJob", job), otel_context.get_current())
-    assert await aggregator.handle(observed(cluster, "Pod", pod), otel_context.get_current())
-    assert await aggregator.settle(key(cluster), otel_context.get_current(), flush=True) is None
+    assert (await settled_with_its_master_pod(sim_cluster, client, aggregator, "Running"))[2] is None
 
     written = await client.get(PYTORCHJOBS, NAMESPACE, NAME)
     conditions = {c["type"]: c["status"] for c in written["status"]["conditions"]}
@@ -109,4 +120,20 @@ async def test_a_key_whose_job_is_gone_from_the_api_server_is_forgotten(
     cluster = sim_cluster.settings.context
     await aggregator.handle(observed(cluster, "PyTorchJob", never_created), otel_context.get_current())
     assert await aggregator.settle(key(cluster), otel_context.get_current(), flush=True) is None
+    assert key(cluster) not in aggregator._views
+
+
+async def test_a_finished_jobs_view_is_released_and_a_later_record_is_read_afresh_without_a_write(
+    sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, aggregator: aggregating.StatusAggregator,
+    bus: KafkaSettings,
+) -> None:
+    cluster, pod, _ = await settled_with_its_master_pod(sim_cluster, client, aggregator, "Succeeded")
+    written = await client.get(PYTORCHJOBS, NAMESPACE, NAME)
+    assert {c["type"]: c["status"] for c in written["status"]["conditions"]}.get("Succeeded") == "True"
+    assert key(cluster) not in aggregator._views, "a finished job with nothing to write is released"
+
+    # A later record (the pod's deletion, say) is taken into a view read afresh: nothing to write.
+    assert await aggregator.handle(observed(cluster, "Pod", pod, "DELETED"), otel_context.get_current())
+    await aggregator.settle(key(cluster), otel_context.get_current(), flush=True)
+    assert [d.action for d in await decisions(bus)] == ["status_written"]
     assert key(cluster) not in aggregator._views
