@@ -39,6 +39,11 @@ How each figure is taken (one clock: this process's ``time.monotonic()``):
   Tansu keeps its log in memory, in the broker's ``rss_mb``;
 * ``costs`` — bench/costs.py's figures over the same span (records by type,
   API requests per job per cluster …).
+
+Every 10 s a progress line says how many jobs are submitted, have every pod and are
+Running, and each process's resident memory then; a run that times out says the same in
+its error, with each process's memory and CPU seconds at that moment, so that a run too
+large for the machine still shows how far it got and what held the memory.
 """
 
 from __future__ import annotations
@@ -136,6 +141,11 @@ class _Progress:
                 f"{self.complete} with every pod, {len(self.running)} Running")
 
 
+def _rss_line(running: Running) -> str:
+    """Each process's resident memory now, in MB, for a progress line."""
+    return "RSS MB " + ", ".join(f"{name} {rss / 2**20:.0f}" for name, rss in sorted(costs.memory(running).items()))
+
+
 async def run(running: Running, settings: LiveSettings, progress: Callable[[str], None]) -> dict[str, Any]:
     """Submit the jobs, wait until every one is Running with its pods, hold, measure."""
     names = [(running.contexts[i % len(running.contexts)], f"live-{i:05d}") for i in range(settings.jobs)]
@@ -183,7 +193,8 @@ async def run(running: Running, settings: LiveSettings, progress: Callable[[str]
                 await asyncio.sleep(0.3)  # let the watches start before the first job
                 started = time.monotonic()
                 submitting = group.create_task(_submitting(kube, names, settings, seen), name="bench-live-submit")
-                reporting = group.create_task(_reporting(seen, started, progress), name="bench-live-progress")
+                reporting = group.create_task(_reporting(running, seen, started, progress),
+                                              name="bench-live-progress")
                 timed_out = False
                 try:
                     await asyncio.wait_for(seen.everything.wait(), settings.timeout)
@@ -202,10 +213,12 @@ async def run(running: Running, settings: LiveSettings, progress: Callable[[str]
         except* clients.ApiError as failed:
             raise pipeline.BenchError(f"the live-jobs run's API calls failed: {failed.exceptions[0]}") from None
         if timed_out:
+            used_s = {name: round(seconds - cpu_before.get(name, 0.0), 1)
+                      for name, seconds in sorted(running.cpu_seconds().items())}
             raise pipeline.BenchError(
                 f"only {min(seen.complete, len(seen.running))} of {settings.jobs} jobs materialised within "
                 f"{settings.timeout:g}s ({seen.submitted} submitted, {seen.complete} with every pod created, "
-                f"{len(seen.running)} Running)")
+                f"{len(seen.running)} Running); {_rss_line(running)}; CPU s since the first POST {used_s}")
         cpu_after = running.cpu_seconds()
         rss_after = costs.memory(running)
     finally:
@@ -291,11 +304,11 @@ async def _submitting(
     return time.monotonic()
 
 
-async def _reporting(seen: _Progress, started: float, progress: Callable[[str], None]) -> None:
-    """A progress line every 10 s until cancelled."""
+async def _reporting(running: Running, seen: _Progress, started: float, progress: Callable[[str], None]) -> None:
+    """A progress line, with each process's memory, every 10 s until cancelled."""
     while True:
         await asyncio.sleep(10)
-        progress(seen.line(started))
+        progress(f"{seen.line(started)}; {_rss_line(running)}")
 
 
 def _topic_disk_bytes(running: Running) -> tuple[int, int] | None:

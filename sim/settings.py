@@ -35,8 +35,10 @@ class SimSettings:
     faults: str = ""
     """Fault-injection spec (see faulting/faults.py), changeable at run time via /admin/faults."""
 
-    watch_window: int = 10000
-    """How many past events the watch history keeps; older resourceVersions get 410 Gone."""
+    watch_window: int = 102400
+    """How many past events the watch history keeps; older resourceVersions get 410 Gone. kube-apiserver's
+    watch cache grows to 100 × 1024 events per kind: at 10,000 live jobs a watcher that fell 10,000
+    events behind (a minute of pod changes) got 410 and relisted every pod, again and again."""
 
     bookmark_interval: float = 1.0
     """Seconds of quiet after which a watch that asked for bookmarks gets a BOOKMARK event."""

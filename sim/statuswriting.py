@@ -27,6 +27,11 @@ class Objects(Protocol):
         """Write ``obj`` (its ``status`` with ``subresource="status"``), guarded by its resourceVersion (409)."""
         ...
 
+    async def update_shared(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
+        """``update``, answered with an object that may be the API server's own (never mutated): a caller
+        that only reads the answer spares the in-process store a copy of the whole object per write."""
+        ...
+
 
 async def change_status(
     api: Objects, resource: str, namespace: str | None, name: str, change: Callable[[Obj], bool], attempts: int,
@@ -39,7 +44,7 @@ async def change_status(
         if not change(obj):
             return True
         try:
-            await api.update(resource, obj, subresource="status")
+            await api.update_shared(resource, obj, subresource="status")
             return True
         except errors.ApiError as exc:
             if exc.code != 409:

@@ -11,7 +11,9 @@ Inqueue → Running, scheduler-plugins Pending → Scheduled → Running).
 
 The decisions are pure functions (`fit`, `node_reasons`, `choose_node`,
 `plan_gang`, `unschedulable_message`, `volcano_group_status`,
-`coscheduling_group_status`); `Scheduler` keeps a cache fed by one watch per
+`coscheduling_group_status`); `NodeOrder` keeps the nodes in the order
+`choose_node` prefers them, so that placing a pod reads the first nodes, not
+all of them, with `choose_node`'s answer; `Scheduler` keeps a cache fed by one watch per
 resource and does the writes. It schedules every pod whatever its
 `schedulerName`: it is the only scheduler of the local cluster.
 
@@ -36,6 +38,7 @@ until its gates are removed.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import logging
 import time
@@ -283,6 +286,106 @@ def choose_node(
     return None, unschedulable_message(len(usages), all_reasons)
 
 
+def _scored_names(request: Mapping[str, Fraction]) -> frozenset[str]:
+    """The resources ``score`` averages over for ``request``: cpu, memory and any other it asks for."""
+    return frozenset(_SCORED).union(name for name, value in request.items() if value > 0)
+
+
+OrderKey = tuple[Fraction, int, str]
+"""A node's place in a :class:`NodeOrder`: (minus its free share, its pods, its name)."""
+
+
+class NodeOrder:
+    """The nodes kept sorted as :func:`choose_node` prefers them, so that a pod is placed by reading
+    the first nodes, not all of them.
+
+    For one request, ``score`` differs between two nodes of equal allocatable only by what is already
+    requested on them: the request's share of the node is the same on both. So the nodes are kept per
+    class of equal allocatable, each class sorted by (minus the free share summed over the scored
+    resources, pods, name) — one sorted list per set of scored resources asked for so far. A pod's
+    best node is then the first that passes :func:`node_reasons` in each class, the best of those by
+    ``choose_node``'s own key; only when no node fits is every node read (for the message).
+    ``update`` after every change to a node's usage; ``remove`` when the node goes.
+    """
+
+    def __init__(self) -> None:
+        self._usages: dict[str, NodeUsage] = {}
+        self._classes: dict[str, tuple[tuple[str, Fraction], ...]] = {}
+        """Node → its allocatable, as the class it belongs to."""
+        self._sorted: dict[frozenset[str], dict[tuple[tuple[str, Fraction], ...], list[OrderKey]]] = {}
+        """Scored resources → class → the class's nodes in order."""
+        self._keys: dict[tuple[frozenset[str], str], OrderKey] = {}
+
+    def __len__(self) -> int:
+        return len(self._usages)
+
+    @staticmethod
+    def _key(scored: frozenset[str], usage: NodeUsage) -> OrderKey:
+        free = Fraction(0)
+        for name in scored:
+            allocatable = usage.allocatable.get(name, Fraction(0))
+            if allocatable > 0:
+                free += (allocatable - usage.requested.get(name, Fraction(0))) / allocatable
+        return (-free, usage.pods, usage.name)
+
+    def _place(self, scored: frozenset[str], usage: NodeUsage) -> None:
+        klass = self._classes[usage.name]
+        key = self._key(scored, usage)
+        self._keys[(scored, usage.name)] = key
+        bisect.insort(self._sorted[scored].setdefault(klass, []), key)
+
+    def _unplace(self, scored: frozenset[str], name: str) -> None:
+        key = self._keys.pop((scored, name))
+        ordered = self._sorted[scored][self._classes[name]]
+        del ordered[bisect.bisect_left(ordered, key)]
+        if not ordered:
+            del self._sorted[scored][self._classes[name]]
+
+    def update(self, usage: NodeUsage) -> None:
+        """The node is new, or its allocatable, requests or pod count changed."""
+        name = usage.name
+        klass = tuple(sorted(usage.allocatable.items()))
+        if name in self._usages:
+            for scored in self._sorted:
+                self._unplace(scored, name)
+        self._usages[name] = usage
+        self._classes[name] = klass
+        for scored in self._sorted:
+            self._place(scored, usage)
+
+    def remove(self, name: str) -> None:
+        if name in self._usages:
+            for scored in self._sorted:
+                self._unplace(scored, name)
+            del self._usages[name]
+            del self._classes[name]
+
+    def choose(self, pod: Mapping[str, Any], request: Mapping[str, Fraction]) -> tuple[NodeUsage | None, str]:
+        """What ``choose_node(pod, request, every node)`` answers."""
+        scored = _scored_names(request)
+        if scored not in self._sorted:
+            self._sorted[scored] = {}
+            for usage in self._usages.values():
+                self._place(scored, usage)
+        best: NodeUsage | None = None
+        best_key: tuple[Fraction, int, str] | None = None
+        all_reasons = []
+        for ordered in self._sorted[scored].values():
+            for _, _, name in ordered:
+                usage = self._usages[name]
+                reasons = node_reasons(pod, request, usage)
+                if reasons:
+                    all_reasons.append(reasons)
+                    continue
+                key = (-score(request, usage), usage.pods, usage.name)
+                if best_key is None or key < best_key:
+                    best, best_key = usage, key
+                break
+        if best is not None:
+            return best, ""
+        return None, unschedulable_message(len(self._usages), all_reasons)
+
+
 @dataclasses.dataclass(frozen=True)
 class GangPlan:
     """The outcome of planning a gang: where each pending pod goes, or why none goes."""
@@ -501,6 +604,8 @@ class Scheduler:
         self._settings = settings
         self._nodes: dict[str, dict[str, Any]] = {}
         self._usages: dict[str, NodeUsage] = {}
+        self._order = NodeOrder()
+        """The usages, sorted for placing a pod: updated after every change to one."""
         self._bound: dict[Key, _Bound] = {}
         self._pending: dict[Key, dict[str, Any]] = {}
         self._requests: dict[Key, quantities.Resources] = {}
@@ -554,6 +659,7 @@ class Scheduler:
         if kind == "DELETED":
             self._nodes.pop(name, None)
             self._usages.pop(name, None)
+            self._order.remove(name)
         else:
             self._nodes[name] = node
             usage = self._usages.get(name)
@@ -568,6 +674,7 @@ class Scheduler:
                 self._usages[name] = usage
             else:
                 usage.node, usage.allocatable = node, allocatable
+            self._order.update(usage)
         self._wake_all()
 
     def _on_group(self, resource: str, kind: str, group: dict[str, Any]) -> None:
@@ -615,6 +722,7 @@ class Scheduler:
             usage = self._usages.get(old.node)
             if usage is not None:
                 usage.forget(old.request)
+                self._order.update(usage)
             self._wake_all()
         if terminated:
             self._requests.pop(key, None)
@@ -627,6 +735,7 @@ class Scheduler:
                 usage = self._usages.get(node)
                 if usage is not None:
                     usage.assume(request)
+                    self._order.update(usage)
             return
         if objects.metadata(pod).get("deletionTimestamp"):
             self._pending.pop(key, None)
@@ -721,14 +830,14 @@ class Scheduler:
             self._unschedulable.discard(key)
             return
         ref = pod_group_ref(pod)
-        usages = [self._usages[name] for name in sorted(self._usages)]
         if ref is None:
             request = self._request(key, pod)
-            usage, message = choose_node(pod, request, usages)
+            usage, message = self._order.choose(pod, request)
             if usage is None:
                 await self._mark_unschedulable(key, pod, message)
                 return
             usage.assume(request)
+            self._order.update(usage)
             self._assume(key, usage.name, request)
             await self._bind(key, pod, usage.name)
             return
@@ -738,6 +847,7 @@ class Scheduler:
         if group is None:
             await self._mark_unschedulable(key, pod, f'podgroup "{group_name}" not found')
             return
+        usages = [self._usages[name] for name in sorted(self._usages)]
         members = list(self._members.get(gkey, {}).values())
         pending = []
         bound = 0
@@ -757,6 +867,7 @@ class Scheduler:
             mkey = _key(member)
             node = plan.placements[mkey[1]]
             self._usages[node].assume(request)
+            self._order.update(self._usages[node])
             self._assume(mkey, node, request)
             binds.append(self._bind(mkey, member, node))
         self._dirty_groups.add(gkey)
@@ -783,6 +894,7 @@ class Scheduler:
             bound = self._bound.pop(key, None)
             if bound is not None and bound.node in self._usages:
                 self._usages[bound.node].forget(bound.request)
+                self._order.update(self._usages[bound.node])
             if isinstance(exc, errors.ApiError) and exc.code == 404:
                 return
             self._pending[key] = pod

@@ -22,11 +22,15 @@ _VALUE = re.compile(r"^([a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?)?$")
 class Selector:
     """A conjunction of label requirements and field requirements."""
 
-    __slots__ = ("labels", "fields")
+    __slots__ = ("labels", "fields", "equalities")
 
-    def __init__(self, labels: list[Requirement], fields: list[Requirement]) -> None:
+    def __init__(self, labels: list[Requirement], fields: list[Requirement],
+                 equalities: tuple[tuple[str, str], ...] = ()) -> None:
         self.labels = labels
         self.fields = fields
+        self.equalities = equalities
+        """The (label key, value) pairs every match has (``key=value``, ``key in (value)``): what a
+        store's label index can narrow a list to before ``matches`` is asked."""
 
     def __bool__(self) -> bool:
         return bool(self.labels or self.fields)
@@ -40,7 +44,8 @@ class Selector:
 
 
 def parse(label_selector: str | None, field_selector: str | None) -> Selector:
-    return Selector(parse_labels(label_selector or ""), parse_fields(field_selector or ""))
+    labels, equalities = _parse_labels(label_selector or "")
+    return Selector(labels, parse_fields(field_selector or ""), equalities)
 
 
 def _split_top(text: str) -> list[str]:
@@ -87,10 +92,16 @@ _CMP = re.compile(r"^([^=!<>\s]+)\s*(==|=|!=|>|<)\s*(.*)$")
 
 
 def parse_labels(text: str) -> list[Requirement]:
+    return _parse_labels(text)[0]
+
+
+def _parse_labels(text: str) -> tuple[list[Requirement], tuple[tuple[str, str], ...]]:
+    """The requirements of a label selector, and the (key, value) pairs it requires outright."""
     text = text.strip()
     if not text:
-        return []
+        return [], ()
     reqs: list[Requirement] = []
+    equalities: list[tuple[str, str]] = []
     for part in _split_top(text):
         if not part:
             raise errors.bad_request(f"unable to parse requirement: found '', expected: identifier in {text!r}")
@@ -98,6 +109,8 @@ def parse_labels(text: str) -> list[Requirement]:
             key = _check_key(m.group(1), part)
             values = frozenset(_check_value(v.strip(), part) for v in m.group(3).split(","))
             reqs.append(_in(key, values, m.group(2) == "in"))
+            if m.group(2) == "in" and len(values) == 1:
+                equalities.append((key, next(iter(values))))
         elif m := _CMP.match(part):
             key = _check_key(m.group(1), part)
             op, raw = m.group(2), m.group(3).strip()
@@ -110,11 +123,13 @@ def parse_labels(text: str) -> list[Requirement]:
                 continue
             value = _check_value(raw, part)
             reqs.append(_equals(key, value, op != "!="))
+            if op != "!=":
+                equalities.append((key, value))
         elif part.startswith("!"):
             reqs.append(_exists(_check_key(part[1:].strip(), part), False))
         else:
             reqs.append(_exists(_check_key(part, part), True))
-    return reqs
+    return reqs, tuple(equalities)
 
 
 def _in(key: str, values: frozenset[str], inside: bool) -> Requirement:

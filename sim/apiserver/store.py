@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import builtins
 import collections
 import datetime
@@ -26,6 +27,7 @@ import json
 import logging
 import random
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
@@ -62,6 +64,10 @@ _CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can start "
     "a new list without the continue parameter, or use the continue value from the response."
 )
+
+
+ENCODINGS_KEPT = 10000
+"""Changes, the latest, whose wire encodings (shared by every watch) are kept."""
 
 
 def now() -> str:
@@ -200,9 +206,18 @@ class Store:
         self._rv = 0
         self._resources: dict[str, resources.Resource] = {r.key: r for r in resources.BUILTINS}
         self._objects: dict[str, dict[Key, Obj]] = collections.defaultdict(dict)
+        self._labelled: dict[str, dict[str, dict[str, set[Key]]]] = {}
+        self._sorted_keys: dict[str, builtins.list[Key]] = {}
+        """Resource → its keys in list order, dropped when one is added or removed (``_ordered``)."""
+        """Resource → label key → value → the objects with that label: an index of the label keys that
+        list selectors have asked for by equality (built on the first such list), so that a list of a
+        job's pods reads its pods, not every pod of the cluster."""
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = collections.defaultdict(set)
         self._history: collections.deque[_Change] = collections.deque(maxlen=max(1, self.settings.watch_window))
+        self._recent: collections.deque[_Change] = collections.deque(maxlen=ENCODINGS_KEPT)
+        """The last changes, whose wire encodings are kept; an older change's are dropped (a watch that far
+        behind encodes it again), so the history's memory is its objects, not also their JSON."""
         self._watchers: dict[str, set[Watch]] = collections.defaultdict(set)
         self._next_ip = 10
         self.gc_queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -264,7 +279,11 @@ class Store:
         return [patching.deep_copy(i) for i in items], rv
 
     async def update(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
-        return patching.deep_copy(self._update(resource, patching.deep_copy(obj), subresource))  # type: ignore[no-any-return]
+        return patching.deep_copy(await self.update_shared(resource, obj, subresource))  # type: ignore[no-any-return]
+
+    async def update_shared(self, resource: str, obj: Obj, subresource: str | None = None) -> Obj:
+        """``update``, answered with the stored object itself (do not mutate)."""
+        return self._update(resource, patching.deep_copy(obj), subresource)
 
 
     async def change_status(
@@ -357,25 +376,88 @@ class Store:
         start: Key | None = None
         if continue_token:
             list_rv, start = self._decode_continue(continue_token)
-        keys = sorted(objects)
+        candidates = self._indexed(resource, selector.equalities) if selector.equalities else None
+        keys = self._ordered(resource) if candidates is None else sorted(candidates)
+        # The page is a slice of the sorted keys: a namespace's keys are (namespace, …) and no other
+        # namespace sorts between (namespace, "") and (namespace + "\0", ""); a page of a relist of
+        # 80,000 pods reads its 500 keys, not all of them.
+        lo, hi = 0, len(keys)
         if namespace and res.namespaced:
-            keys = [k for k in keys if k[0] == namespace]
+            lo, hi = bisect.bisect_left(keys, (namespace, "")), bisect.bisect_left(keys, (namespace + "\0", ""))
         if start is not None:
-            keys = [k for k in keys if k > start]
+            lo = max(lo, bisect.bisect_right(keys, start))
         items: builtins.list[Obj] = []
         next_token = None
         remaining = None
-        for n, key in enumerate(keys):
-            obj = objects[key]
+        for n in range(lo, hi):
+            obj = objects[keys[n]]
             if selector and not selector.matches(obj):
                 continue
             if limit and len(items) >= limit:
                 next_token = self._encode_continue(list_rv, items[-1])
                 if not selector:
-                    remaining = len(keys) - n
+                    remaining = hi - n
                 break
             items.append(obj)
         return items, str(list_rv), next_token, remaining
+
+    def _ordered(self, resource: str) -> builtins.list[Key]:
+        """The keys of ``resource`` sorted, kept until an object is added or removed."""
+        keys = self._sorted_keys.get(resource)
+        if keys is None:
+            keys = self._sorted_keys[resource] = sorted(self._objects[resource])
+        return keys
+
+    def _indexed(self, resource: str, equalities: tuple[tuple[str, str], ...]) -> set[Key]:
+        """The keys of the objects that have every (label, value) of ``equalities`` (a superset of those a
+        selector with them matches), from the label index; the label keys not yet indexed are indexed."""
+        index = self._labelled.setdefault(resource, {})
+        found: set[Key] | None = None
+        for label, value in equalities:
+            by_value = index.get(label)
+            if by_value is None:
+                by_value = index[label] = collections.defaultdict(set)
+                for key, obj in self._objects[resource].items():
+                    have = (obj["metadata"].get("labels") or {}).get(label)
+                    if isinstance(have, str):
+                        by_value[have].add(key)
+            keys = by_value.get(value, set())
+            found = keys if found is None or len(keys) < len(found) else found
+        return set(found or ())
+
+    def _put(self, resource: str, key: Key, new: Obj) -> None:
+        """Store ``new`` under ``key`` (its new parts interned: :func:`_compact`), keeping the label index."""
+        objects = self._objects[resource]
+        old = objects.get(key)
+        if old is None:
+            self._sorted_keys.pop(resource, None)
+        _compact(new, old)
+        index = self._labelled.get(resource)
+        if index:
+            old_labels = (old["metadata"].get("labels") or {}) if old is not None else {}
+            new_labels = new["metadata"].get("labels") or {}
+            if old_labels is not new_labels:
+                for label, by_value in index.items():
+                    was, now_ = old_labels.get(label), new_labels.get(label)
+                    if was != now_:
+                        if isinstance(was, str):
+                            by_value[was].discard(key)
+                            if not by_value[was]:
+                                del by_value[was]
+                        if isinstance(now_, str):
+                            by_value[now_].add(key)
+        objects[key] = new
+
+    def _drop(self, resource: str, key: Key) -> None:
+        """Remove the object under ``key``, keeping the label index."""
+        old = self._objects[resource].pop(key)
+        self._sorted_keys.pop(resource, None)
+        for label, by_value in self._labelled.get(resource, {}).items():
+            was = (old["metadata"].get("labels") or {}).get(label)
+            if isinstance(was, str):
+                by_value[was].discard(key)
+                if not by_value[was]:
+                    del by_value[was]
 
     def _encode_continue(self, rv: int, last: Obj) -> str:
         meta = last["metadata"]
@@ -445,6 +527,9 @@ class Store:
 
     def _record(self, change: _Change) -> None:
         self._history.append(change)
+        if len(self._recent) == ENCODINGS_KEPT:
+            self._recent[0].encoded.clear()
+        self._recent.append(change)
         for watch in self._watchers.get(change.resource, ()):
             watch.offer(change)
 
@@ -563,7 +648,7 @@ class Store:
             return obj
         if written is not res:
             obj = _to_storage(res, obj)
-        objects[(ns, name)] = obj
+        self._put(resource, (ns, name), obj)
         self._by_uid[meta["uid"]] = (resource, ns, name)
         self._index(resource, None, obj)
         self._record(_Change(rv, resource, "ADDED", obj, None))
@@ -731,7 +816,7 @@ class Store:
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
         ident = (meta.get("namespace", ""), meta["name"])
-        self._objects[res.key][ident] = new
+        self._put(res.key, ident, new)
         self._index(res.key, old, new)
         self._record(_Change(rv, res.key, "MODIFIED", new, old))
         if res.key == CRDS:
@@ -870,7 +955,7 @@ class Store:
         new_meta["finalizers"] = finalizers
         rv = self._next_rv()
         new_meta["resourceVersion"] = str(rv)
-        self._objects[resource][(new_meta.get("namespace", ""), name)] = new
+        self._put(resource, (new_meta.get("namespace", ""), name), new)
         self._record(_Change(rv, resource, "MODIFIED", new, old))
         if "foregroundDeletion" in finalizers:
             self.gc_queue.put_nowait(("foreground", new_meta["uid"]))
@@ -899,7 +984,7 @@ class Store:
         new["status"] = {"phase": "Terminating"}
         rv = self._next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
-        self._objects[NAMESPACES][("", ns)] = new
+        self._put(NAMESPACES, ("", ns), new)
         self._record(_Change(rv, NAMESPACES, "MODIFIED", new, old))
         for key, info in list(self._resources.items()):
             if not info.namespaced:
@@ -925,7 +1010,7 @@ class Store:
         rv = self._next_rv()
         final = dict(old)
         final["metadata"] = dict(meta, resourceVersion=str(rv))
-        del self._objects[res.key][ident]
+        self._drop(res.key, ident)
         self._by_uid.pop(meta["uid"], None)
         self._index(res.key, old, None)
         self._record(_Change(rv, res.key, "DELETED", final, old))
@@ -949,6 +1034,8 @@ class Store:
             if obj is not None:
                 self._remove(info, obj)
         self._objects.pop(info.key, None)
+        self._labelled.pop(info.key, None)
+        self._sorted_keys.pop(info.key, None)
         for watch in list(self._watchers.get(info.key, ())):
             watch.close()
         self.unregister(info.key)
@@ -987,6 +1074,44 @@ class Store:
 
 
 _LIST_FIELDS = {"pods": ("containers", "initContainers", "volumes", "tolerations"), "services": ("ports",)}
+
+
+def _compact(new: Obj, old: Obj | None) -> None:
+    """Make the parts of ``new`` that are not ``old``'s own (a create: all of it) share their strings with
+    every other stored object: keys and string values interned, in a fresh copy of each such part. The
+    same key or value (``terminationMessagePath``, a job's labels, its pods' image and env) then takes
+    memory once in the cluster instead of once per object, which halves what a stored pod holds. A write
+    re-interns only what it changed: a subtree that is ``old``'s (the same object) is kept as it is.
+    ``new`` is the store's own, not yet stored."""
+    fresh = [(sys.intern(k), _interned_beside(v, old.get(k)) if old is not None else _interned(v))
+             for k, v in new.items()]
+    new.clear()
+    new.update(fresh)
+
+
+def _interned_beside(value: Any, old: Any) -> Any:
+    """``value`` with its keys and strings interned, keeping every subtree that is the same object in ``old``."""
+    if value is old:
+        return value
+    if type(value) is dict and type(old) is dict:
+        return {sys.intern(k): _interned_beside(v, old.get(k)) for k, v in value.items()}
+    return _interned(value)
+
+
+def _interned(value: Any) -> Any:
+    """A copy of a JSON value with its keys and strings interned."""
+    kind = type(value)
+    if kind is dict:
+        return {sys.intern(k): (sys.intern(v) if type(v) is str else _interned(v) if type(v) in _NESTED else v)
+                for k, v in value.items()}
+    if kind is list:
+        return [(sys.intern(v) if type(v) is str else _interned(v) if type(v) in _NESTED else v) for v in value]
+    if kind is str:
+        return sys.intern(value)
+    return value
+
+
+_NESTED = (dict, list)
 
 
 def check_shape(res: resources.Resource, obj: Obj, name: str) -> None:

@@ -80,6 +80,8 @@ class Filesystems:
     def __init__(self, api: apis.NodeApi) -> None:
         self._api = api
         self._pods: dict[Key, PodFiles] = {}
+        self._judge = shelling.Shell(shelling.Filesystem())
+        """A shell over nothing, to judge whether a command is one the shell simulates."""
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -98,25 +100,29 @@ class Filesystems:
         return files
 
     async def initialise(self, pod: Mapping[str, Any], start: int = 0) -> InitOutcome:
-        """Run the commands of the init containers from number ``start`` on, in order; stop at the first failure."""
-        files = await self.of(pod)
+        """Run the commands of the init containers from number ``start`` on, in order; stop at the first failure.
+
+        The pod's files are built only when one of those commands is one the shell simulates: a pod whose
+        init containers only wait (a DNS loop) costs no filesystem while it lives."""
+        containers = list(enumerate((pod.get("spec") or {}).get("initContainers") or []))[start:]
+        commands = {index: [str(a) for a in (*(c.get("command") or []), *(c.get("args") or []))]
+                    for index, c in containers}
+        understood = {index for index, argv in commands.items() if argv and self._judge.understands(argv)}
+        files = await self.of(pod) if understood else None
         logs: list[str] = []
-        for index, container in enumerate((pod.get("spec") or {}).get("initContainers") or []):
-            if index < start:
-                continue
+        for index, container in containers:
             name = container.get("name", "")
-            argv = [*(container.get("command") or []), *(container.get("args") or [])]
+            argv = commands[index]
             if not argv:
                 logs.append(f"sim: init container {name} completed")
                 continue
-            shell = files.shell(name)
-            if not shell.understands([str(a) for a in argv]):
+            if files is None or index not in understood:
                 # A program the sim does not simulate (a DNS wait loop, a downloader …):
                 # it is taken to have done its job, as every init container did before
                 # the sim ran any.
                 logs.append(f"sim: init container {name} runs what the sim does not simulate; taken as done")
                 continue
-            result = shell.run([str(a) for a in argv])
+            result = files.shell(name).run(argv)
             logs += [f"{name}: {line}" for line in (result.stdout + result.stderr).decode(errors="replace").splitlines()]
             if result.exit_code != 0:
                 logs.append(f"sim: init container {name} exited with code {result.exit_code}")

@@ -206,7 +206,7 @@ def container_id(uid: str, container: str, attempt: int) -> str:
 Key = tuple[str, str]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Run:
     """What the kubelet knows of one pod it runs; `status()` renders it."""
 
@@ -916,7 +916,7 @@ class Kubelet:
                     "status": run.status(pod.get("status") or {}, clock),
                 }
                 try:
-                    pod = await self._api.update("pods", body, subresource="status")
+                    pod = await self._api.update_shared("pods", body, subresource="status")
                 except errors.ApiError as exc:
                     if exc.code == 404:
                         return

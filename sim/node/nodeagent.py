@@ -134,6 +134,9 @@ class ClientApi:
             ))
         return await self._call(lambda: self._client.request("PUT", path, body=obj, route=rt.plural))
 
+    async def update_shared(self, resource: str, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        return await self.update(resource, obj, subresource)
+
     async def delete(
         self, resource: str, namespace: str | None, name: str, propagation: str = "Background",
         preconditions: dict[str, Any] | None = None,

@@ -23,6 +23,7 @@ exit 127.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -360,6 +361,13 @@ def parse(text: str) -> Script:
     return script
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Script:
+    """``parse``, once per script text: every pod of a job runs the same init script, and judging it
+    (``Shell.understands``) only reads the parse."""
+    return parse(text)
+
+
 # --------------------------------------------------------------------------
 # Running
 # --------------------------------------------------------------------------
@@ -443,7 +451,7 @@ class Shell:
             rest = [a for a in args[1:] if a not in ("-e", "-x", "-ex", "-xe", "-l")]
             if len(rest) >= 2 and rest[0] == "-c":
                 try:
-                    script = parse(rest[1])
+                    script = _parsed(rest[1])
                 except ShellSyntaxError:
                     return False
                 for _, pipeline in script:

@@ -18,7 +18,7 @@ from tests.bench import commands
 
 def test_a_small_live_run_materialises_every_job_and_measures_every_process(tmp_path: pathlib.Path) -> None:
     result = commands.kto("bench", "--live-jobs", "20", "--replicas", "2", "--hold", "1", "--timeout", "60",
-                 "--state-dir", str(tmp_path / "bench"))
+                          "--state-dir", str(tmp_path / "bench"))
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout)
     assert (figures["live_jobs"], figures["live_pods"], figures["objects"]) == (20, 40, 100)
@@ -34,6 +34,17 @@ def test_a_small_live_run_materialises_every_job_and_measures_every_process(tmp_
     assert writes["create pods"] == writes["create services"] == 2, writes
     assert "delete pods" not in writes, writes
     assert "20 live jobs, 40 pods" in result.stderr, "the table is printed for a reader"
+
+
+def test_a_live_run_that_times_out_says_how_far_it_got_and_what_each_process_holds(tmp_path: pathlib.Path) -> None:
+    result = commands.kto("bench", "--live-jobs", "50", "--replicas", "2", "--timeout", "0.5",
+                          "--state-dir", str(tmp_path / "bench"))
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "of 50 jobs materialised within 0.5s" in last, last
+    assert all(f"{name} " in last.partition("RSS MB ")[2]
+               for name in ("broker", "sim-kto-1", "watcher-kto-1", "reconciler-1", "status-1")), last
+    assert "CPU s since the first POST" in last, last
 
 
 @pytest.mark.parametrize(("args", "error"), [

@@ -227,6 +227,50 @@ def test_the_message_counts_each_reason_sorted() -> None:
     assert message == "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."
 
 
+def bigger_node(index: int) -> dict[str, Any]:
+    """A node with twice the cpu of the others: a class of its own in a ``NodeOrder``."""
+    made = node(index)
+    for field in ("capacity", "allocatable"):
+        made["status"][field]["cpu"] = "64"
+    return made
+
+
+@pytest.mark.parametrize(
+    ("spread", "candidates"),
+    [
+        pytest.param([node(i) for i in range(4)], [pod(f"p{i}", requests={"cpu": "3"}) for i in range(24)],
+                     id="equal-nodes-filled-until-full"),
+        pytest.param([node(0), bigger_node(1), node(2), bigger_node(3)],
+                     [pod(f"p{i}", requests={"cpu": "5", "memory": "1Gi"}) for i in range(30)],
+                     id="two-classes-of-node"),
+        pytest.param([node(0, spec={"unschedulable": True}), node(1, ready="False"), node(2), node(3)],
+                     [pod(f"p{i}", limits={"nvidia.com/gpu": "3"}) for i in range(7)],
+                     id="unschedulable-and-not-ready-nodes-and-gpus"),
+        pytest.param([node(i, labels={"zone": str(i % 2)}) for i in range(4)],
+                     [pod(f"p{i}", requests={"cpu": "1"}, nodeSelector={"zone": "1"}) for i in range(6)]
+                     + [pod(f"q{i}", requests={"cpu": "2"}) for i in range(6)],
+                     id="node-selector-and-mixed-requests"),
+    ],
+)
+def test_a_node_order_chooses_as_choose_node_does(
+    spread: list[dict[str, Any]], candidates: list[dict[str, Any]],
+) -> None:
+    every = [scheduling.NodeUsage.of(made) for made in spread]
+    ordered = {usage.name: usage.copy() for usage in every}
+    order = scheduling.NodeOrder()
+    for usage in ordered.values():
+        order.update(usage)
+    for candidate in candidates:
+        request = quantities.pod_requests(candidate)
+        expected, expected_message = scheduling.choose_node(candidate, request, every)
+        chosen, message = order.choose(candidate, request)
+        assert (chosen and chosen.name, message) == (expected and expected.name, expected_message)
+        if expected is not None and chosen is not None:
+            expected.assume(request)
+            chosen.assume(request)
+            order.update(chosen)
+
+
 def gang(count: int, gpus: str) -> list[tuple[dict[str, Any], quantities.Resources]]:
     members = [pod(f"w{i}", limits={"nvidia.com/gpu": gpus}) for i in range(count)]
     return [(member, quantities.pod_requests(member)) for member in members]

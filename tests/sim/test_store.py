@@ -117,6 +117,21 @@ async def test_label_selectors(store: sim_store.Store, selector: str, expected: 
     assert {i["metadata"]["name"] for i in items} == expected
 
 
+async def test_a_selected_list_follows_labels_changed_and_objects_deleted(store: sim_store.Store) -> None:
+    for name in ("a", "b", "c"):
+        await store.create("pods", pod(name, {"app": "web"}), "default")
+    first, _ = await store.list("pods", "default", label_selector="app=web")
+    b = await store.get("pods", "default", "b")
+    b["metadata"]["labels"] = {"app": "db"}
+    await store.update("pods", b)
+    await store.delete("pods", "default", "c")
+    await store.create("pods", pod("d", {"app": "web"}), "default")
+    web, _ = await store.list("pods", "default", label_selector="app=web")
+    db, _ = await store.list("pods", None, label_selector="app in (db)")
+    assert ([i["metadata"]["name"] for i in first], [i["metadata"]["name"] for i in web],
+            [i["metadata"]["name"] for i in db]) == (["a", "b", "c"], ["a", "d"], ["b"])
+
+
 @pytest.mark.parametrize(
     ("selector", "expected"),
     [
@@ -149,6 +164,24 @@ async def test_pages_continue_where_they_stopped(store: sim_store.Store) -> None
     second, _, token2, _ = store.list_page("configmaps", "default", limit=2, continue_token=token)
     third, _, token3, _ = store.list_page("configmaps", "default", limit=2, continue_token=token2)
     assert [o["metadata"]["name"] for o in second + third] == ["c2", "c3", "c4"] and token3 is None
+
+
+async def test_pages_of_one_namespace_read_none_of_the_others_and_see_objects_added_between(
+    store: sim_store.Store,
+) -> None:
+    for namespace in ("a", "default-x", "zz"):
+        await store.create("namespaces", {"metadata": {"name": namespace}})
+    for namespace in ("a", "default", "default-x", "zz"):
+        for i in range(3):
+            await store.create("configmaps", {"metadata": {"name": f"{namespace}-c{i}"}}, namespace)
+    first, _, token, remaining = store.list_page("configmaps", "default", limit=2)
+    await store.create("configmaps", {"metadata": {"name": "default-c9"}}, "default")
+    await store.delete("configmaps", "default", "default-c2")
+    second, _, token2, _ = store.list_page("configmaps", "default", limit=2, continue_token=token)
+    every, _, _, _ = store.list_page("configmaps", None)
+    assert ([o["metadata"]["name"] for o in first], remaining, [o["metadata"]["name"] for o in second], token2) == (
+        ["default-c0", "default-c1"], 1, ["default-c9"], None)
+    assert len(every) == 12
 
 
 async def test_an_expired_continue_is_gone(store: sim_store.Store) -> None:
