@@ -89,8 +89,9 @@ def released_mark(job: Manifest | None) -> Released | None:
     """What a worker keeps of a finished job whose view it released: its uid and version, so a
     record of the job as it was then (the watcher's resync every 30 s) is known for one that
     changes nothing and reads nothing; None when the job holds no numeric version."""
-    version = _version(job) if job is not None else None
-    return None if version is None or job is None else (objects.uid_of(job), version)
+    if job is None or (version := _version(job)) is None:
+        return None
+    return (objects.uid_of(job), version)
 
 
 def seen_before(obj: Manifest, mark: Released | None) -> bool:

@@ -269,21 +269,31 @@ def choose_node(
     pod: Mapping[str, Any], request: Mapping[str, Fraction], usages: Sequence[NodeUsage]
 ) -> tuple[NodeUsage | None, str]:
     """The best node for `pod` and "", or None and the unschedulable message."""
+    return _pick(pod, request, ([usage] for usage in usages), len(usages))
+
+
+def _pick(
+    pod: Mapping[str, Any], request: Mapping[str, Fraction], runs: Iterable[Iterable[NodeUsage]], node_count: int,
+) -> tuple[NodeUsage | None, str]:
+    """The best node of the first that fits in each of ``runs`` (each run in the order in which
+    its first fitting node is its best) and "", or None and the unschedulable message."""
     best: NodeUsage | None = None
     best_key: tuple[Fraction, int, str] | None = None
     all_reasons = []
-    for usage in usages:
-        reasons = node_reasons(pod, request, usage)
-        if reasons:
-            all_reasons.append(reasons)
-            continue
-        # Higher score first, then fewer pods, then name: negate to use min-ordering.
-        key = (-score(request, usage), usage.pods, usage.name)
-        if best_key is None or key < best_key:
-            best, best_key = usage, key
+    for run in runs:
+        for usage in run:
+            reasons = node_reasons(pod, request, usage)
+            if reasons:
+                all_reasons.append(reasons)
+                continue
+            # Higher score first, then fewer pods, then name: negate to use min-ordering.
+            key = (-score(request, usage), usage.pods, usage.name)
+            if best_key is None or key < best_key:
+                best, best_key = usage, key
+            break
     if best is not None:
         return best, ""
-    return None, unschedulable_message(len(usages), all_reasons)
+    return None, unschedulable_message(node_count, all_reasons)
 
 
 def _scored_names(request: Mapping[str, Fraction]) -> frozenset[str]:
@@ -367,23 +377,8 @@ class NodeOrder:
             self._sorted[scored] = {}
             for usage in self._usages.values():
                 self._place(scored, usage)
-        best: NodeUsage | None = None
-        best_key: tuple[Fraction, int, str] | None = None
-        all_reasons = []
-        for ordered in self._sorted[scored].values():
-            for _, _, name in ordered:
-                usage = self._usages[name]
-                reasons = node_reasons(pod, request, usage)
-                if reasons:
-                    all_reasons.append(reasons)
-                    continue
-                key = (-score(request, usage), usage.pods, usage.name)
-                if best_key is None or key < best_key:
-                    best, best_key = usage, key
-                break
-        if best is not None:
-            return best, ""
-        return None, unschedulable_message(len(self._usages), all_reasons)
+        runs = ((self._usages[name] for _, _, name in ordered) for ordered in self._sorted[scored].values())
+        return _pick(pod, request, runs, len(self._usages))
 
 
 @dataclasses.dataclass(frozen=True)
