@@ -48,6 +48,14 @@ def segment(parent: str, key: str | int) -> str:
     return f"{parent}[{key}]"
 
 
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a Kubernetes field path (``spec.mpiReplicaSpecs[Worker].replicas``)."""
+    path = ""
+    for part in loc:
+        path = segment(path, part)
+    return path
+
+
 def shorten(path: str) -> str:
     """A field path cut after a dozen segments (a path 300 levels deep is not a message)."""
     parts = re.split(r"(?=[.\[])", path)

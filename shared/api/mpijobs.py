@@ -193,15 +193,5 @@ def load(document: Any) -> MPIJob:
     try:
         return MPIJob.model_validate(document)
     except pydantic.ValidationError as exc:
-        raise LoadError([(_field_path(tuple(err["loc"])), err["msg"]) for err in exc.errors()]) from None
+        raise LoadError([(limits.field_path(tuple(err["loc"])), err["msg"]) for err in exc.errors()]) from None
 
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as a Kubernetes field path (``spec.mpiReplicaSpecs[Worker].replicas``)."""
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path = limits.segment(path, part)
-    return path
