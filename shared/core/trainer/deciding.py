@@ -33,14 +33,13 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shared.api import objects
+from shared.api import objects, trainer
 from shared.core import effects, errors, owners
 from shared.core.events import Event
 from shared.core.trainer import planning, podsets, sshkeys, statuses
 
 Manifest = dict[str, Any]
 
-MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
 MESSAGE_LIMIT = 950
 
 
@@ -189,7 +188,7 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
     """The decision of one reconcile of ``job`` (see the module)."""
     decision = effects.Effects()
     managed_by = objects.spec_of(job).get("managedBy")
-    if managed_by is not None and managed_by != MANAGED_BY_TRAINER:
+    if managed_by is not None and managed_by != trainer.MANAGED_BY_TRAINER:
         decision.step("skip", _subject(job), f"managed by {managed_by}")
         return decision
     if objects.is_deleting(job):

@@ -15,25 +15,25 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from shared.api import objects
+from shared.api import jobsets, objects, trainer
 from shared.core import errors, podgroups
 
 Manifest = dict[str, Any]
 
-GROUP = "trainer.kubeflow.org"
-API_VERSION = f"{GROUP}/v1alpha1"
-KIND = "TrainJob"
-TRAINING_RUNTIME = "TrainingRuntime"
-CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
-JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
-JOBSET_KIND = "JobSet"
+GROUP = trainer.GROUP
+API_VERSION = trainer.API_VERSION
+KIND = trainer.TRAINJOB_KIND
+TRAINING_RUNTIME = trainer.TRAINING_RUNTIME_KIND
+CLUSTER_TRAINING_RUNTIME = trainer.CLUSTER_TRAINING_RUNTIME_KIND
+JOBSET_API_VERSION = jobsets.API_VERSION
+JOBSET_KIND = jobsets.KIND
 
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-DATASET_INITIALIZER = "dataset-initializer"
-MODEL_INITIALIZER = "model-initializer"
-ANCESTOR_TRAINER = "trainer"
-NODE = "node"
-LAUNCHER = "launcher"
+ANCESTOR_LABEL = trainer.ANCESTOR_LABEL
+DATASET_INITIALIZER = trainer.DATASET_INITIALIZER
+MODEL_INITIALIZER = trainer.MODEL_INITIALIZER
+ANCESTOR_TRAINER = trainer.TRAINER
+NODE = trainer.NODE
+LAUNCHER = trainer.LAUNCHER
 CONTAINER_TRAINER_PORT = 29500
 """The port of the trainer's rendezvous (PET_MASTER_PORT, JAX's coordinator, XGBoost's tracker)."""
 STORAGE_URI_ENV = "STORAGE_URI"
@@ -49,7 +49,7 @@ MPI_HOSTFILE_NAME = "hostfile"
 MPI_PUBLIC_KEY = "ssh-publickey"
 MPI_PRIVATE_KEY = "ssh-privatekey"
 
-SCHEDULE_TIMEOUT_SECONDS = 60
+SCHEDULE_TIMEOUT_SECONDS = trainer.DEFAULT_SCHEDULE_TIMEOUT_SECONDS
 """``podGroupPolicy.coscheduling.scheduleTimeoutSeconds`` when the runtime leaves it out."""
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 

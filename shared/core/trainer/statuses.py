@@ -29,25 +29,25 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from shared.api import common, objects
+from shared.api import common, objects, trainer
 
 Manifest = dict[str, Any]
 
-COMPLETE = "Complete"
-FAILED = "Failed"
-SUSPENDED = "Suspended"
-SUSPENDED_REASON = "Suspended"
-RESUMED_REASON = "Resumed"
+COMPLETE = trainer.COMPLETE
+FAILED = trainer.FAILED
+SUSPENDED = trainer.SUSPENDED
+SUSPENDED_REASON = trainer.SUSPENDED_REASON
+RESUMED_REASON = trainer.RESUMED_REASON
 SUSPENDED_MESSAGE = "TrainJob is suspended"
 RESUMED_MESSAGE = "TrainJob is resumed"
-RUNTIME_NOT_SUPPORTED_REASON = "TrainingRuntimeNotSupported"
-DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
+RUNTIME_NOT_SUPPORTED_REASON = trainer.RUNTIME_NOT_SUPPORTED_REASON
+DEADLINE_EXCEEDED_REASON = trainer.DEADLINE_EXCEEDED_REASON
 DEADLINE_EXCEEDED_MESSAGE = "TrainJob exceeded its active deadline"
 CREATION_FAILED_REASON = "TrainJobResourcesCreationFailed"
 """Upstream's Warning Event when the children cannot be made; kto also puts it on a
 ``Failed`` condition when the cause is the job or its runtime (it will not go away by itself)."""
 JOBSET_COMPLETED = "Completed"
-JOBSET_FAILED = "Failed"
+JOBSET_FAILED = trainer.FAILED
 JOB_COUNTS = ("ready", "succeeded", "failed", "active", "suspended")
 
 
