@@ -10,7 +10,8 @@ source of SSH key pairs (called only when the Secret must be made). Out: its
 delete past the deadline, the new status and the Events.
 
 Upstream's order: nothing for a job another controller manages (``managedBy``) or one
-being deleted; ``Failed`` taken off unless it is the deadline's; an unsupported
+being deleted; ``Failed`` taken off when a pass decides it afresh
+(:func:`statuses.without_failure`); an unsupported
 ``runtimeRef`` kind fails the job (``TrainingRuntimeNotSupported``); an unfinished
 job's objects are made from the runtime (the snapshot's, once there is one), each
 created when missing and, for the JobSet and PodGroup, brought to the plan only while
