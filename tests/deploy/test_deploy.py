@@ -459,6 +459,12 @@ def needed(service: str) -> set[Rule]:
     for rt in v1_kinds:  # restart count and failure verdict (merge patch), TTL delete
         found |= _rules("cluster", rt, "patch", "delete")
     found |= _rules("cluster", resources.TRAININGJOBS, "update", subresource="status")
+    # A TrainJob's: its runtime read by name, its JobSet made, brought to the plan while suspended
+    # and deleted past the deadline (shared/core/trainer/deciding.py), its status written.
+    for rt in resources.RUNTIME_TYPES.values():
+        found |= _rules("cluster", rt, "get")
+    found |= _rules("cluster", resources.JOBSETS, "create", "update", "delete")
+    found |= _rules("cluster", resources.TRAINJOBS, "update", subresource="status")
     for rt in resources.SCALER_TYPES.values():  # hydration lists them; ownerReferences patched; status PUT
         found |= _rules("cluster", rt, "list", "patch") | _rules("cluster", rt, "update", subresource="status")
     # KubeClient.exec into a TrainingJob's launcher: a WebSocket GET, which the API server
