@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shared.api import elastic, jobs
+from shared.api import elastic, jobs, trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,14 @@ JOB_TYPES: dict[str, ResourceType] = {
 }
 """The job kinds, keyed by kind: the six of kubeflow.org/v1 and et-operator's TrainingJob."""
 
+TRAINJOBS = ResourceType(trainer.GROUP, trainer.VERSION, trainer.TrainJob.PLURAL, trainer.TrainJob.KIND)
+TRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, trainer.TrainingRuntime.PLURAL,
+                                trainer.TrainingRuntime.KIND)
+CLUSTERTRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, trainer.ClusterTrainingRuntime.PLURAL,
+                                       trainer.ClusterTrainingRuntime.KIND, namespaced=False)
+RUNTIME_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (TRAININGRUNTIMES, CLUSTERTRAININGRUNTIMES)}
+"""Kubeflow Trainer v2's runtimes, keyed by the kind a TrainJob's ``runtimeRef`` names."""
+
 MPIJOBS_V2BETA1 = ResourceType(jobs.GROUP, "v2beta1", jobs.MPIJob.PLURAL, jobs.MPIJob.KIND)
 """The same MPIJobs, read and written in mpi-operator's version (one CRD, two versions)."""
 
@@ -91,6 +99,7 @@ _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
     (rt.api_version, rt.kind): rt for rt in (
         *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES,
         CRDS, PRIORITY_CLASSES, VALIDATING_WEBHOOK_CONFIGURATIONS, MUTATING_WEBHOOK_CONFIGURATIONS,
+        TRAINJOBS, *RUNTIME_TYPES.values(),
     )
 }
 
