@@ -18,9 +18,10 @@ created when missing and, for the JobSet and PodGroup, brought to the plan only 
 the job or the JobSet is suspended (a running JobSet is never changed); then the
 Suspended condition, the JobSet's Complete, Failed and jobsStatus, and the deadline.
 
-Where kto differs: a plan that cannot be made because of the job or its runtime (the
-runtime missing, two ML policies, a patch naming a container the runtime does not
-have) is a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
+Where kto differs: a job that got past admission although the webhook would refuse it
+(:func:`judge`: the checks of :mod:`shared.core.trainer.validating`, its fields named),
+and a plan that cannot be made because of the job or its runtime (the runtime missing,
+two ML policies, a patch naming a container the runtime does not have) are a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
 message naming the field, beside upstream's Warning Event of that reason; upstream
 only records the Event and retries. Like upstream's other Failed conditions it is
 decided afresh on every pass, so a runtime created later lets the job run.
@@ -34,9 +35,9 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shared.api import objects, trainer
-from shared.core import effects, errors, events, owners
-from shared.core.trainer import planning, podsets, sshkeys, statuses
+from shared.api import jobs, objects, trainer
+from shared.core import effects, errors, events, owners, reports
+from shared.core.trainer import planning, podsets, sshkeys, statuses, validating
 
 Manifest = dict[str, Any]
 
@@ -140,6 +141,20 @@ def runtime_of(job: Mapping[str, Any], found: Observed) -> tuple[Manifest, bool]
     return found.runtime, True
 
 
+def judge(job: Manifest, runtime: Manifest) -> None:
+    """What the admission webhook would have said of the job and its runtime, for one that got past
+    it (made before the webhook ran, or with it off): :class:`Stop` naming the fields."""
+    try:
+        loaded, loaded_runtime = trainer.load_trainjob(job), trainer.load_runtime(runtime)
+    except jobs.LoadError as exc:
+        raise Stop("; ".join(f"{path or '<document>'}: {message}" for path, message in exc.errors), True) from None
+    report = validating.check_schema_rules(loaded)
+    for more in (validating.check_runtime(loaded_runtime), validating.check_against_runtime(loaded, loaded_runtime)):
+        report.errors += more.errors
+    if not report.ok:
+        raise Stop(reports.describe(report), True)
+
+
 def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: Manifest | None, desired: Manifest,
                     sync: bool, *fields: str) -> None:
     """Create ``desired`` when missing; when ``sync``, bring the current one to it."""
@@ -159,6 +174,7 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
                       new_ssh_key: Callable[[], sshkeys.KeyPair]) -> None:
     """The runtime's objects, made or brought to the plan (:class:`Stop` when they cannot be)."""
     runtime, unsnapped = runtime_of(job, found)
+    judge(job, runtime)
     try:
         plan = planning.build(job, runtime)
     except errors.PlanError as exc:

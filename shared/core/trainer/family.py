@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 from shared.api import common, objects
 from shared.core import admitting, basis, effects, errors, plans
 from shared.core import settings as operator_settings
-from shared.core.trainer import deciding, planning, podsets, sshkeys
+from shared.core.trainer import deciding, planning, podsets, sshkeys, validating
 
 Manifest = dict[str, Any]
 
@@ -75,7 +75,9 @@ class TrainJobs:
     operator_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     status_writer: Literal["status", "reconciler"] = "reconciler"
     controllers: Mapping[str, str] = dataclasses.field(default_factory=lambda: {podsets.KIND: CONTROLLER})
-    admitted: tuple[admitting.Target, ...] = ()
+    admitted: tuple[admitting.Target, ...] = validating.TARGETS
+    """Upstream's validating webhooks of the TrainJob and both runtime kinds (the TrainJob's
+    judged against the runtime it names, read from the API server)."""
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         return True

@@ -11,7 +11,7 @@ import pytest
 from shared.core import effects
 from shared.core.trainer import deciding, family, planning
 
-import trainer_builders as b
+from . import trainer_builders as b
 
 
 def decide(job: dict[str, Any], *children: dict[str, Any], now: dt.datetime = b.NOW) -> effects.Effects:
@@ -202,3 +202,18 @@ def test_kto_plan_of_a_trainjob_takes_its_runtime_from_the_documents_beside_it()
     alone = family.FAMILY.dry_run(job, settings.OperatorSettings(), "<key>", b.NOW, [job])
     assert alone.errors == ["spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
                             "documents given"]
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    pytest.param({"trainer": {"env": [{"name": "PET_NNODES", "value": "9"}]}}, "spec.trainer.env",
+                 id="a-reserved-torch-env"),
+    pytest.param({"runtimePatches": [{"manager": "example.com/team", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "ghost"}]}}}}}]}}}}]}, "spec.runtimePatches", id="a-patch-to-a-missing-container"),
+    pytest.param({"initializer": {"dataset": {"storageUri": "hf://x"}}}, "spec.runtimeRef",
+                 id="an-initializer-the-runtime-lacks"),
+])
+def test_a_job_that_got_past_admission_fails_naming_the_field(spec: dict[str, Any], field: str) -> None:
+    decision = decide(b.train_job(**spec), b.runtime("torch-distributed"))
+    assert decision.creates == [] and decision.error is not None and decision.error.startswith(field)
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
