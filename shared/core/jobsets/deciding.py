@@ -92,7 +92,9 @@ def _int(value: object) -> int:
 
 def replicated_statuses(jobset: jobsets.JobSet, owned: Owned) -> list[jobsets.ReplicatedJobStatus]:
     """``calculateReplicatedJobStatuses``, in the order of the spec."""
-    counts = {r.name: jobsets.ReplicatedJobStatus(name=r.name) for r in jobset.replicated_jobs}
+    # Every counter written, zero too, as Go writes them (no omitempty).
+    counts = {r.name: jobsets.ReplicatedJobStatus(name=r.name, ready=0, succeeded=0, failed=0, active=0, suspended=0)
+              for r in jobset.replicated_jobs}
 
     def of(job: Manifest) -> jobsets.ReplicatedJobStatus | None:
         return counts.get(objects.labels_of(job).get(jobsets.REPLICATED_JOB_LABEL, ""))
@@ -323,6 +325,7 @@ def decide(stored: jobsets.JobSet, children: Sequence[Manifest], now: dt.datetim
         decision.step("skip", _subject(jobset), "being deleted")
         return decision
     status = (jobset.status or jobsets.JobSetStatus()).model_copy(deep=True)
+    status.restarts = status.restarts  # written even when 0, as Go writes it
     before = status.dump()
     changes = conditions.Changes(status, now)
     owned = observe(jobset, children)
