@@ -1,11 +1,13 @@
 """A JobSet served by kto end to end, on both tiers: two replicated jobs, the second depending on
 the first's completion, run as Indexed Jobs (sim/'s Job controller or kube-controller-manager's) on
 nodes whose pods are local processes; the pods are labelled as JobSet's, each resolves the others as
-``<jobset>-<replicatedJob>-<job>-<pod>.<subdomain>``, and the JobSet reaches Completed."""
+``<jobset>-<replicatedJob>-<job>-<pod>.<subdomain>``, and the JobSet reaches Completed; ``kto replay``
+decides every recorded pass again without a divergence."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from shared.api import jobsets
@@ -13,6 +15,7 @@ from shared.kube import resources
 from sim.node import nodes
 from sim.node.nodeagent import NODES
 from tests.fixtures.pipeline import Pipeline
+from tests.pipeline.test_replay import kto
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 RESOLVE = ("import socket, sys\n"
@@ -76,3 +79,10 @@ async def test_a_jobset_with_depends_on_runs_to_completed(pipeline: Pipeline) ->
     service = await pipeline.client.get(resources.SERVICES, pipeline.namespace, "js")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {jobsets.JOBSET_NAME_LABEL: "js"}
+
+    await asyncio.sleep(2.0)  # the last pass and its observation reach the log
+    replay = await kto(pipeline, "replay", "--all", "-n", pipeline.namespace, "-o", "json")
+    assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-2000:]
+    reports = {r["key"]: r for r in json.loads(replay.stdout)["jobs"]}
+    report = reports[pipeline.key("JobSet", "js")]
+    assert report["ok"] and report["divergence"] is None and report["passes"] >= 3, report
