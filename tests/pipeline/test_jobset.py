@@ -12,23 +12,14 @@ from typing import Any
 
 from shared.api import jobsets
 from shared.kube import resources
-from sim.node import nodes
-from sim.node.nodeagent import NODES
 from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_replay import kto
+from tests.sdk.conftest import label_nodes
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 RESOLVE = ("import socket, sys\n"
            "for name in sys.argv[1:]:\n"
            "    print(name, socket.gethostbyname(name))\n")
-
-
-async def label_nodes(pipe: Pipeline, runtime: str) -> None:
-    items, _ = await pipe.client.list(NODES)
-    for node in items:
-        name = node["metadata"]["name"]
-        if nodes.node_index(name) is not None:
-            await pipe.client.patch(NODES, None, name, {"metadata": {"labels": {nodes.RUNTIME_LABEL: runtime}}})
 
 
 def replicated(name: str, replicas: int, pods: int, resolve: list[str], **fields: Any) -> dict[str, Any]:
