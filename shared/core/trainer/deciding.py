@@ -195,14 +195,12 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
 def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
            new_ssh_key: Callable[[], sshkeys.KeyPair]) -> effects.Effects:
     """The decision of one reconcile of ``job`` (see the module)."""
-    decision = effects.Effects()
     managed_by = objects.spec_of(job).get("managedBy")
-    if managed_by is not None and managed_by != trainer.MANAGED_BY_TRAINER:
-        decision.step("skip", _subject(job), f"managed by {managed_by}")
-        return decision
-    if objects.is_deleting(job):
-        decision.step("skip", _subject(job), "being deleted")
-        return decision
+    skipped = effects.left_alone(_subject(job), None if managed_by is None else str(managed_by),
+                                 trainer.MANAGED_BY_TRAINER, objects.is_deleting(job))
+    if skipped is not None:
+        return skipped
+    decision = effects.Effects()
     found = observe(job, children)
     old = statuses.of(job)
     status = statuses.of(job)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from shared.api import common, objects
-from shared.core import admitting, basis, effects, errors, plans
+from shared.core import admitting, basis, effects, errors, outcomes, plans
 from shared.core import settings as operator_settings
 from shared.core.trainer import deciding, planning, podsets, sshkeys, validating
 
@@ -65,7 +65,7 @@ def is_runtime(document: Any) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainJobs:
+class TrainJobs(outcomes.WrittenByReconciler):
     """The TrainJob family (see the module)."""
 
     name: str = podsets.API_VERSION
@@ -98,13 +98,6 @@ class TrainJobs:
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
         context = effects.Context(inputs.now, (), {sshkeys.KeyPair: _no_key})
         return self.decide(inputs.job, inputs.children, context).plan()
-
-    def prepare(self, document: Manifest) -> None:
-        return None
-
-    def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: None) -> None:
-        return None  # the reconciler writes it
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
                 now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
