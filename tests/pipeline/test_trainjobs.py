@@ -83,6 +83,11 @@ async def test_upstreams_multi_step_example_runs_its_initializer_then_its_nodes(
     runtime, example = _example("05-multi-step.yaml")
     for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         rjob["template"]["spec"]["template"].setdefault("metadata", {})["annotations"] = dict(FAST)
+    # Upstream's own example lacks the volume its webhook asks of a dataset initializer (the JobSet
+    # plugin's "must have volumeMount with name - initializer"): given, as its runtimes give it.
+    initializer = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    initializer["volumes"] = [{"name": "initializer", "emptyDir": {}}]
+    initializer["containers"][0]["volumeMounts"] = [{"name": "initializer", "mountPath": "/workspace"}]
     await install(pipeline, runtime)
     await pipeline.submit(example)
     done = await pipeline.wait_for("TrainJob", example["metadata"]["name"], "Complete", timeout=120)
