@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from realparts import trainer as upstream
+from shared.core.trainer import deciding
 from shared.kube import clients, resources
 from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_pipeline import job as v1_job
@@ -141,6 +142,9 @@ async def test_a_trainjob_with_no_runtime_fails_naming_it_and_runs_once_the_runt
     events, _ = await pipeline.client.list(resources.EVENTS, pipeline.namespace)
     assert any(e["reason"] == "TrainJobResourcesCreationFailed" and e["involvedObject"]["name"] == "early"
                for e in events)
+    await install(pipeline, runtime)
+    done = await pipeline.wait_for("TrainJob", "early", "Complete", timeout=deciding.RETRY_AFTER + 60)
+    assert [c["type"] for c in done["status"]["conditions"]] == ["Complete"]
 
 
 async def test_a_trainjob_beside_a_pytorchjob_both_complete_and_replay_finds_no_divergence(

@@ -43,6 +43,12 @@ Manifest = dict[str, Any]
 
 
 
+RETRY_AFTER = 30.0
+"""Seconds before a job whose objects could not be made because of its input is looked at again:
+runtimes are not watched, so a runtime created or fixed later is found by this look (upstream
+retries with the controller's backoff)."""
+
+
 @dataclasses.dataclass
 class Observed:
     """The objects of one TrainJob found among those observed for it."""
@@ -217,6 +223,7 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
             decision.stop(_subject(job), stop.message, events.trainjob_creation_failed(stop.message))
             if stop.by_input:
                 status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
+                decision.requeue_after = RETRY_AFTER
     statuses.set_suspended(job, status, now)
     statuses.from_jobset(status, found.jobset, now)
     ends = statuses.deadline(job, status, now)

@@ -58,6 +58,7 @@ def test_a_missing_runtime_is_upstreams_event_and_a_failed_condition_saying_so(k
     assert [(e.type, e.reason, e.message) for e in decision.events] == [
         ("Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {message}")]
     assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert decision.requeue_after == deciding.RETRY_AFTER, "runtimes are not watched: look again"
 
 
 def test_the_failure_of_a_missing_runtime_goes_once_the_runtime_is_there() -> None:
