@@ -25,6 +25,9 @@ two ML policies, a patch naming a container the runtime does not have) are a ``F
 message naming the field, beside upstream's Warning Event of that reason; upstream
 only records the Event and retries. Like upstream's other Failed conditions it is
 decided afresh on every pass, so a runtime created later lets the job run.
+A create the API server refuses (a JobSet its webhook or a quota refuses) is the same
+``Failed`` condition with the API's message: the reconciler decides the pass again with the
+refusal and writes that status; the next look, 30 s on, tries again.
 Level-triggered and pure: the same inputs give the same decision.
 """
 
@@ -199,8 +202,9 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
 
 
 def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
-           new_ssh_key: Callable[[], sshkeys.KeyPair]) -> effects.Effects:
-    """The decision of one reconcile of ``job`` (see the module)."""
+           new_ssh_key: Callable[[], sshkeys.KeyPair], refused: Sequence[effects.Refusal] = ()) -> effects.Effects:
+    """The decision of one reconcile of ``job`` (see the module); ``refused``: creates of this
+    pass the API server refused (a ``Failed`` condition with its message, looked at again)."""
     managed_by = objects.spec_of(job).get("managedBy")
     skipped = effects.left_alone(_subject(job), None if managed_by is None else str(managed_by),
                                  trainer.MANAGED_BY_TRAINER, objects.is_deleting(job))
@@ -224,6 +228,10 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
             if stop.by_input:
                 status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
                 decision.requeue_after = RETRY_AFTER
+        if refused and not decision.error:
+            refusal = refused[0]
+            status.fail(statuses.CREATION_FAILED_REASON, f"{refusal.kind} {refusal.name}: {refusal.message}", now)
+            decision.requeue_after = RETRY_AFTER
     statuses.set_suspended(job, status, now)
     statuses.from_jobset(status, found.jobset, now)
     ends = statuses.deadline(job, status, now)

@@ -91,8 +91,9 @@ class TrainJobs(outcomes.WrittenByReconciler):
     def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
         """Upstream's reconcile of the TrainJob (:func:`deciding.decide`), its status and Events
         included (the reconciler writes them)."""
-        decision = deciding.decide(document, children, context.now, context.key_pair(sshkeys.KeyPair))
-        decision.regarding = Subject.of(document)
+        decision = deciding.decide(document, children, context.now, context.key_pair(sshkeys.KeyPair),
+                                   context.refused)
+        decision.regarding, decision.child_events = Subject.of(document), True
         return decision
 
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:

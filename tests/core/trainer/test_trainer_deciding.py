@@ -218,3 +218,18 @@ def test_a_job_that_got_past_admission_fails_naming_the_field(spec: dict[str, An
     decision = decide(b.train_job(**spec), b.runtime("torch-distributed"))
     assert decision.creates == [] and decision.error is not None and decision.error.startswith(field)
     assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+
+
+def test_a_jobset_the_api_server_refuses_fails_the_job_with_its_message_until_a_later_look() -> None:
+    job, runtime = b.train_job(), b.runtime("torch-distributed")
+    refusal = effects.Refusal("JobSet", "job", "Forbidden", 'exceeded quota: compute, requested: pods=3')
+    decision = deciding.decide(job, [runtime], b.NOW, lambda: b.KEYS, [refusal])
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert decision.status is not None
+    assert decision.status.dump()["conditions"][0]["message"] == (
+        "JobSet job: exceeded quota: compute, requested: pods=3")
+    assert decision.requeue_after == deciding.RETRY_AFTER
+    job["status"] = decision.status.dump()
+    jobset, snapshot = running(job, runtime)
+    later = decide(job, jobset, snapshot)
+    assert later.status is not None and later.status.dump() == {}, "made at last: the failure goes"
