@@ -238,7 +238,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     assert "Traceback" not in error and "BrokenPipeError" not in error, error
 
 
-def test_plan_of_an_upstream_trainjob_with_its_runtime_in_the_same_file_prints_the_jobset(tmp_path: Path) -> None:
+def test_plan_of_an_upstream_trainjob_with_its_runtime_in_the_same_or_another_file_prints_the_jobset(tmp_path: Path) -> None:
     from realparts import trainer as upstream
 
     example = next(p for p in upstream.example_files() if p.name == "05-multi-step.yaml")
@@ -249,6 +249,10 @@ def test_plan_of_an_upstream_trainjob_with_its_runtime_in_the_same_file_prints_t
     assert [r["name"] for r in jobset["spec"]["replicatedJobs"]] == ["dataset-initializer", "node"]
     alone = tmp_path / "job.yaml"
     alone.write_text(yaml.safe_dump(list(yaml.safe_load_all(example.read_text()))[1]))
+    runtime = tmp_path / "runtime.yaml"
+    runtime.write_text(yaml.safe_dump(list(yaml.safe_load_all(example.read_text()))[0]))
+    beside = kto_plan(runtime, alone, "-o", "json")
+    assert beside.returncode == 0 and [o["kind"] for o in json.loads(beside.stdout)] == ["JobSet"], beside.stderr
     assert assert_rejected(kto_plan(alone)) == [
         f"{alone}: document 0: spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
         "documents given"]
