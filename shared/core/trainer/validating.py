@@ -8,8 +8,7 @@ Three parts, as upstream splits them:
 
 * :func:`check_schema_rules`: the CRDs' CEL rules (``x-kubernetes-validations``). kube-apiserver runs them
   before any webhook, so on a real cluster these never fire here; the local cluster (sim/) has no CEL,
-  and kto's webhook runs them for it with kube-apiserver's words (``<path>: Invalid value: "<type>":
-  <message>``).
+  and kto's webhook runs them for it with kube-apiserver's words (:func:`_cel`).
 * :func:`check_runtime`: upstream's TrainingRuntime and ClusterTrainingRuntime webhooks (replicated Jobs
   of an ancestor step have one replica and the step's container), and the runtime's CEL rules;
   kto adds JobSet's one CEL rule the runtime's free-form template cannot carry.
@@ -89,9 +88,13 @@ def _shown(model: Any) -> str:
     return go_json(model.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
 
-def _cel(path: str, schema_type: str, message: str) -> FieldError:
-    """A CEL rule's failure as kube-apiserver reports it: the node's schema type as the value."""
-    return FieldError(path, "Invalid", message, reports.quote(schema_type))
+def _cel(path: str, value: Any, message: str) -> FieldError:
+    """A CEL rule's failure as kube-apiserver (1.37) reports it: a scalar's value shown
+    (``spec.managedBy: Invalid value: "x": <message>``), an object's or a list's left out
+    (``spec.mlPolicy: Invalid value: <message>``: pass None)."""
+    if value is None:
+        return FieldError(path, "Invalid", message)
+    return FieldError(path, "Invalid", message, reports.number(value) if isinstance(value, int) else reports.quote(value))
 
 
 # ---------------------------------------------------------------------------
@@ -102,20 +105,20 @@ def _cel(path: str, schema_type: str, message: str) -> FieldError:
 def _uri_errors(path: str, uri: str | None) -> list[FieldError]:
     if uri is None or uri == "" or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$", uri):
         return []
-    return [_cel(path, "string", "storageUri may be empty, or it must be a valid URI (scheme://...)")]
+    return [_cel(path, uri, "storageUri may be empty, or it must be a valid URI (scheme://...)")]
 
 
 def _trainjob_cel(job: trainer.TrainJob, old: trainer.TrainJob | None) -> list[FieldError]:
     errors: list[FieldError] = []
     name = job.name
     if name and not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", name):
-        errors.append(_cel("<nil>", "object", "metadata.name must match RFC 1035 DNS label format"))
+        errors.append(_cel("<nil>", None, "metadata.name must match RFC 1035 DNS label format"))
     if len(name) > 63:
-        errors.append(_cel("<nil>", "object", "metadata.name must be no more than 63 characters"))
+        errors.append(_cel("<nil>", None, "metadata.name must be no more than 63 characters"))
     spec = job.spec
     managed = job.spec.model_fields_set
     if "managed_by" in managed and spec.managed_by not in trainer.MANAGED_BY_VALUES:
-        errors.append(_cel("spec.managedBy", "string", f"ManagedBy must be {trainer.MANAGED_BY_TRAINER} or "
+        errors.append(_cel("spec.managedBy", spec.managed_by, f"ManagedBy must be {trainer.MANAGED_BY_TRAINER} or "
                                                        f"{trainer.MANAGED_BY_MULTIKUEUE} if set"))
     initializer = spec.initializer
     if initializer is not None and initializer.dataset is not None:
@@ -130,15 +133,13 @@ def _trainjob_cel(job: trainer.TrainJob, old: trainer.TrainJob | None) -> list[F
 def _immutable_errors(job: trainer.TrainJob, old: trainer.TrainJob) -> list[FieldError]:
     """``self == oldSelf`` on the fields set in both versions (CEL transition rules only run then)."""
     errors: list[FieldError] = []
-    for name, alias, schema_type in (("runtime_ref", "runtimeRef", "object"), ("initializer", "initializer", "object"),
-                                     ("trainer", "trainer", "object"),
-                                     ("active_deadline_seconds", "activeDeadlineSeconds", "integer"),
-                                     ("managed_by", "managedBy", "string")):
+    for name, alias in (("runtime_ref", "runtimeRef"), ("initializer", "initializer"), ("trainer", "trainer"),
+                        ("active_deadline_seconds", "activeDeadlineSeconds"), ("managed_by", "managedBy")):
         before, after = getattr(old.spec, name), getattr(job.spec, name)
         if before is None or after is None:
             continue
         if _wire(before) != _wire(after):
-            errors.append(_cel(f"spec.{alias}", schema_type, "field is immutable"))
+            errors.append(_cel(f"spec.{alias}", after if isinstance(after, (int, str)) else None, "field is immutable"))
     return errors
 
 
@@ -151,24 +152,24 @@ def _runtime_cel(runtime: Runtime) -> list[FieldError]:
     policy = runtime.spec.ml_policy
     if policy is not None:
         if len(policy.policies) > 1:
-            errors.append(_cel("spec.mlPolicy", "object", trainer.ONE_POLICY_RULE["message"]))
+            errors.append(_cel("spec.mlPolicy", None, trainer.ONE_POLICY_RULE["message"]))
         torch = policy.torch
         if torch is not None and torch.env_injection is not None:
             for index, target in enumerate(torch.env_injection.targets or []):
                 if trainer.NODE in target.container_names:
                     errors.append(_cel(
-                        f"spec.mlPolicy.torch.envInjection.targets[{index}].containerNames", "array",
+                        f"spec.mlPolicy.torch.envInjection.targets[{index}].containerNames", None,
                         "containerNames must not include the main node container because PET_* envs are always "
                         "injected into it"))
         flux = policy.flux
         if flux is not None and flux.num_proc_per_node is not None and flux.num_proc_per_node < 1:
-            errors.append(_cel("spec.mlPolicy.flux.numProcPerNode", "integer",
+            errors.append(_cel("spec.mlPolicy.flux.numProcPerNode", flux.num_proc_per_node,
                                "NumProcPerNode in fluxPolicy must be >= 1"))
     spec = runtime.spec.template.spec
     startup = spec.get("startupPolicy")
     if (isinstance(startup, dict) and startup.get("startupPolicyOrder") == "InOrder"
             and any("dependsOn" in job for job in runtime.spec.template.replicated_jobs)):
-        errors.append(_cel("spec.template.spec", "object", "StartupPolicy and DependsOn APIs are mutually exclusive"))
+        errors.append(_cel("spec.template.spec", None, "StartupPolicy and DependsOn APIs are mutually exclusive"))
     return errors
 
 
