@@ -15,7 +15,7 @@ Three parts, as upstream splits them:
 * :func:`check_against_runtime`: upstream's TrainJob webhook: the runtime must exist (the read's error
   and upstream's words, under upstream's field path: ``spec.runtimeRef`` for a TrainingRuntime,
   ``spec.RuntimeRef`` for a ClusterTrainingRuntime), then each plugin's ``Validate`` (torch, mpi,
-  xgboost, jobset: initializers, runtimePatches). Upstream runs its plugins from a Go map, in no fixed
+  xgboost, flux, jobset: initializers, runtimePatches). Upstream runs its plugins from a Go map, in no fixed
   order; kto's order is fixed: the ML policy's, then jobset's.
 
 The trainjob family's decide calls :func:`check_against_runtime` too (``Failed`` for a job that got past
@@ -52,6 +52,10 @@ DEPRECATION_POLICY_URL = ("https://trainer.kubeflow.org/en/latest/operator-guide
 TORCHTUNE_ENTRYPOINT = ["tune", "run"]
 TORCHTUNE_MODELS = frozenset({"llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B"})
 TORCHTUNE_MULTI_NODE_MODEL = "llama3_3/70B"
+TORCHTUNE_IMMUTABLE_CONFIGS = frozenset({"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir",
+                                         "tokenizer.merges_file"})
+"""Config items the runtime sets in a torchtune command, which ``spec.trainer.args`` must not."""
+FLUX_INSTALLER = "flux-installer"
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SUBDOMAIN_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -304,8 +308,18 @@ def _torchtune_model(runtime_name: str) -> str:
     return f"{fields[1].replace('.', '_')}/{fields[2].upper()}"
 
 
+def _bool_arg(args: Sequence[str], item: str) -> bool:
+    """Whether some ``key=value`` argument whose key contains ``item`` is true (Python's ``True`` too)."""
+    for arg in args:
+        name, found, value = arg.partition("=")
+        if found and item in name and value.strip().lower() == "true":
+            return True
+    return False
+
+
 def _torchtune_errors(job: trainer.TrainJob, spec: trainer.Trainer) -> list[FieldError]:
-    """The torchtune checks that need no recipe: a supported model, one node (but for the 70B model)."""
+    """The torchtune checks that need no recipe: a supported model, one node (but for the 70B model), no LoRA
+    across nodes, no config item the runtime sets."""
     errors: list[FieldError] = []
     model = _torchtune_model(job.spec.runtime_ref.name)
     if model not in TORCHTUNE_MODELS:
@@ -316,6 +330,41 @@ def _torchtune_errors(job: trainer.TrainJob, spec: trainer.Trainer) -> list[Fiel
     if nodes > 1 and model != TORCHTUNE_MULTI_NODE_MODEL:
         errors.append(FieldError("spec.trainer.numNodes", "Invalid", f"must be 1 for {model} model",
                                  reports.number(nodes)))
+    args = spec.args or []
+    lora = any("model.lora_attn_modules" in arg for arg in args)
+    qlora = not _bool_arg(args, "model.use_dora") and _bool_arg(args, "model.quantize_base")
+    if nodes > 1 and (lora or qlora):
+        errors.append(FieldError("spec.trainer.numNodes", "Invalid",
+                                 "LoRA fine-tuning is not supported for multi-node training in TorchTune",
+                                 reports.number(nodes)))
+    for index, arg in enumerate(args):
+        key = arg.split("=", 1)[0]
+        if key in TORCHTUNE_IMMUTABLE_CONFIGS:
+            errors.append(FieldError(f"spec.trainer.args[{index}]", "Invalid",
+                                     f"must not set immutable config {reports.quote(key)} in trainer args; it is "
+                                     "managed by the runtime", reports.quote(arg)))
+    return errors
+
+
+def _flux_errors(job: trainer.TrainJob, runtime: Runtime) -> list[FieldError]:
+    policy = runtime.spec.ml_policy
+    flux = policy.flux if policy is not None else None
+    if flux is None:
+        return []
+    errors: list[FieldError] = []
+    spec = job.spec.trainer
+    procs = spec.num_proc_per_node if spec is not None and spec.num_proc_per_node is not None else (
+        flux.num_proc_per_node)
+    if procs is not None and procs < 1:
+        errors.append(FieldError("spec.trainer.numProcPerNode", "Invalid",
+                                 "must be greater than or equal to 1 for Flux TrainJob", reports.number(procs)))
+    for rjob in runtime.spec.template.replicated_jobs:
+        if rjob.get("name") != trainer.NODE:
+            continue
+        for container in _containers(_pod_spec(rjob), "initContainers"):
+            if container.get("name") == FLUX_INSTALLER:
+                errors.append(FieldError("spec.trainer.initContainers", "Invalid",
+                                         f"InitContainer '{FLUX_INSTALLER}' is reserved", reports.quote(FLUX_INSTALLER)))
     return errors
 
 
@@ -459,7 +508,8 @@ def check_against_runtime(job: trainer.TrainJob, runtime: Runtime | Unread, old:
         warning = deprecation_warning(runtime)
         if warning is not None:
             report.warnings.append(f"Referenced {warning}")
-    report.errors += _torch_errors(job, runtime) + _mpi_errors(job, runtime) + _xgboost_errors(job, runtime)
+    report.errors += (_torch_errors(job, runtime) + _mpi_errors(job, runtime) + _xgboost_errors(job, runtime)
+                      + _flux_errors(job, runtime))
     report.errors += _jobset_errors(job, runtime, old)
     return report
 
