@@ -111,3 +111,25 @@ async def test_a_jobset_is_left_to_the_real_controller_when_kto_does_not_serve_j
     assert not any("/JobSet/" in key for key, _ in found["seen"]), sorted(found["seen"])
     jobs, _ = await pipeline.client.list(resources.BATCH_JOBS, pipeline.namespace)
     assert jobs == [] and "status" not in await pipeline.job("JobSet", "theirs")
+
+
+async def test_a_failing_jobset_is_restarted_up_to_max_restarts_then_fails(pipeline: Pipeline) -> None:
+    """Every Job is made again, one restart attempt higher, after a Job failed; past maxRestarts the
+    JobSet fails with upstream's reason and message."""
+    failing = replicated("a", 2, 1, [])
+    failing["template"]["spec"]["template"]["metadata"] = {
+        "annotations": {"sim.kto.dev/exit-code": "1", "sim.kto.dev/duration": "300ms"}}
+    await pipeline.submit({"apiVersion": jobsets.API_VERSION, "kind": "JobSet", "metadata": {"name": "flaky"},
+                           "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [failing]}})
+    done = await pipeline.wait_for("JobSet", "flaky", "Failed", timeout=90)
+    status = done["status"]
+    assert (status["restarts"], status["restartsCountTowardsMax"], status["terminalState"]) == (1, 1, "Failed")
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "ReachedMaxRestarts"
+    assert failed["message"].startswith("jobset failed due to reaching max number of restarts (first failed job: flaky-a-")
+    restarting = next(c for c in status["conditions"] if c["type"] == "RestartingJobSet")
+    assert (restarting["status"], restarting["reason"]) == ("False", "JobSetFailed")
+    jobs, _ = await pipeline.client.list(resources.BATCH_JOBS, pipeline.namespace,
+                                         label_selector=f"{jobsets.JOBSET_NAME_LABEL}=flaky")
+    live = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+    assert {j["metadata"]["labels"][jobsets.RESTARTS_KEY] for j in live} == {"1"}, "the second attempt's Jobs"
