@@ -236,3 +236,13 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     error = process.stderr.read().decode()
     process.wait(timeout=120)
     assert "Traceback" not in error and "BrokenPipeError" not in error, error
+
+
+def test_a_jobset_plans_its_headless_service_and_the_jobs_it_starts_with() -> None:
+    children = children_of(ROOT / "examples" / "jobset" / "depends-on.yaml")
+    assert names_of(children) == [("Service", "depends-on"), ("Job", "depends-on-prepare-0")], \
+        "the train Jobs wait for prepare to complete"
+    job = children[1]
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["template"]["spec"]["subdomain"] == "depends-on"
+    assert job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "prepare"

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pathlib
 from typing import Any
+
+import yaml
 
 from shared.api import jobsets
 from shared.core import settings as operator_settings
@@ -18,6 +21,7 @@ from tests.pipeline.test_pipeline import job as v1_job
 from tests.pipeline.test_replay import kto
 from tests.sdk.conftest import label_nodes
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 INDEX = "batch.kubernetes.io/job-completion-index"
 RESOLVE = ("import socket, sys\n"
            "for name in sys.argv[1:]:\n"
@@ -133,3 +137,17 @@ async def test_a_failing_jobset_is_restarted_up_to_max_restarts_then_fails(pipel
                                          label_selector=f"{jobsets.JOBSET_NAME_LABEL}=flaky")
     live = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
     assert {j["metadata"]["labels"][jobsets.RESTARTS_KEY] for j in live} == {"1"}, "the second attempt's Jobs"
+
+
+async def test_the_example_jobset_runs_to_completed(pipeline: Pipeline) -> None:
+    """examples/jobset/depends-on.yaml as a user applies it: each train pod reads its JOB_COMPLETION_INDEX."""
+    example = yaml.safe_load((ROOT / "examples" / "jobset" / "depends-on.yaml").read_text())
+    await label_nodes(pipeline, "process")
+    await asyncio.sleep(0.5)  # the kubelet's node watch
+    try:
+        await pipeline.submit(example)
+        done = await pipeline.wait_for("JobSet", "depends-on", "Completed", timeout=90)
+    finally:
+        await label_nodes(pipeline, "simulated")
+    assert sorted((s["name"], s["succeeded"]) for s in done["status"]["replicatedJobsStatus"]) == [
+        ("prepare", 1), ("train", 2)]
