@@ -256,3 +256,13 @@ def test_plan_of_an_upstream_trainjob_with_its_runtime_in_the_same_or_another_fi
     assert assert_rejected(kto_plan(alone)) == [
         f"{alone}: document 0: spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
         "documents given"]
+
+
+def test_a_jobset_plans_its_headless_service_and_the_jobs_it_starts_with() -> None:
+    children = children_of(ROOT / "examples" / "jobset" / "depends-on.yaml")
+    assert names_of(children) == [("Service", "depends-on"), ("Job", "depends-on-prepare-0")], \
+        "the train Jobs wait for prepare to complete"
+    job = children[1]
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["template"]["spec"]["subdomain"] == "depends-on"
+    assert job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "prepare"
