@@ -106,13 +106,14 @@ def covers(current: Any, desired: Any) -> bool:
     return bool(current == desired)
 
 
-def _applied(current: Manifest, desired: Manifest, *fields: str) -> Manifest | None:
+def _applied(current: Manifest, desired: Manifest, *fields: str, differs: bool = False) -> Manifest | None:
     """``current`` with ``desired``'s labels, annotations and ``fields`` (as a server-side
-    apply by one manager leaves it), or None when it already holds them."""
+    apply by one manager leaves it), or None when it already holds them (and not ``differs``:
+    what a field left out of ``desired`` changes, which :func:`covers` cannot see)."""
     meta, want = objects.meta(current), objects.meta(desired)
     labels = {**objects.labels_of(current), **(want.get("labels") or {})}
     annotations = {**objects.annotations_of(current), **(want.get("annotations") or {})}
-    if (labels == objects.labels_of(current) and annotations == objects.annotations_of(current)
+    if (not differs and labels == objects.labels_of(current) and annotations == objects.annotations_of(current)
             and all(covers(current.get(f), desired.get(f)) for f in fields)):
         return None
     metadata = {**meta, "labels": labels, "annotations": annotations}
@@ -165,8 +166,9 @@ def judge(job: Manifest, runtime: Manifest) -> None:
 
 
 def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: Manifest | None, desired: Manifest,
-                    sync: bool, *fields: str) -> None:
-    """Create ``desired`` when missing; when ``sync``, bring the current one to it."""
+                    sync: bool, *fields: str, differs: bool = False) -> None:
+    """Create ``desired`` when missing; when ``sync``, bring the current one to it (``differs``:
+    even where it seems to hold it all)."""
     if current is None:
         decision.create(desired, "missing")
         return
@@ -174,7 +176,7 @@ def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: 
         raise Stop(f'{desired["kind"]} "{objects.name_of(desired)}" already exists and is not managed by '
                    f"TrainJob {objects.name_of(job)}", False)
     if sync:
-        updated = _applied(current, desired, *fields)
+        updated = _applied(current, desired, *fields, differs=differs)
         if updated is not None:
             decision.update(updated, "differs from the runtime's plan")
 
@@ -198,7 +200,10 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
     if plan.pod_group is not None:
         _create_or_sync(decision, job, found.pod_group, plan.pod_group, suspended, "spec")
     jobset_suspended = bool(objects.spec_of(found.jobset or {}).get("suspend"))
-    _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec")
+    # A TrainJob whose suspend is taken away (not set false) resumes too: its JobSet spec leaves
+    # suspend out, as upstream's apply drops the field it owned.
+    _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec",
+                    differs=jobset_suspended != suspended)
 
 
 def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,

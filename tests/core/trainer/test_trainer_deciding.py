@@ -233,3 +233,11 @@ def test_a_jobset_the_api_server_refuses_fails_the_job_with_its_message_until_a_
     jobset, snapshot = running(job, runtime)
     later = decide(job, jobset, snapshot)
     assert later.status is not None and later.status.dump() == {}, "made at last: the failure goes"
+
+
+def test_a_trainjob_whose_suspend_is_taken_away_resumes_its_jobset() -> None:
+    job, runtime = b.train_job(suspend=True), b.runtime("torch-distributed")
+    jobset, snapshot = running(job, runtime)
+    del job["spec"]["suspend"]
+    (updated,) = decide(job, jobset, snapshot).updates
+    assert "suspend" not in updated["spec"]
