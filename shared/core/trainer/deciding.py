@@ -249,4 +249,6 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
         decision.requeue_after = max((ends - now).total_seconds(), 1.0)
     if status.value != old.value:
         decision.status = status
+        decision.events += [e for e in statuses.transitions(old, status)
+                            if e.reason != statuses.CREATION_FAILED_REASON]  # said as upstream's Event already
     return decision

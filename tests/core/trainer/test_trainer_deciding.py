@@ -107,12 +107,14 @@ def test_suspend_then_resume_says_suspended_then_resumed_and_unsuspends_the_jobs
     first = decide(job, runtime)
     assert first.creates[-1]["spec"]["suspend"] is True
     assert conditions(first) == [("Suspended", "True", "Suspended")]
+    assert [(e.type, e.reason, e.message) for e in first.events] == [("Normal", "Suspended", "TrainJob is suspended")]
     assert first.status is not None
     jobset, snapshot = running(job, runtime)
     job["status"], job["spec"]["suspend"] = first.status.dump(), False
     resumed = decide(job, jobset, snapshot)
     assert [(u["kind"], u["spec"]["suspend"]) for u in resumed.updates] == [("JobSet", False)]
     assert conditions(resumed) == [("Suspended", "False", "Resumed")]
+    assert [(e.type, e.reason) for e in resumed.events] == [("Normal", "Resumed")], "kto's Event of each change"
     assert resumed.status is not None
     assert resumed.status.dump()["conditions"][0]["message"] == "TrainJob is resumed"
 
@@ -140,6 +142,7 @@ def test_a_failed_jobset_fails_the_trainjob_with_its_reason_and_nothing_is_made_
         ("Failed", "FailedJobs", "jobset failed due to one or more job failures")))
     decision = decide(job, jobset, snapshot)
     assert conditions(decision) == [("Failed", "True", "FailedJobs")]
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "FailedJobs")]
     assert decision.status is not None
     job["status"] = decision.status.dump()
     again = decide(job, runtime)
