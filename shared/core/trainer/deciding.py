@@ -158,9 +158,13 @@ def judge(job: Manifest, runtime: Manifest) -> None:
         loaded, loaded_runtime = trainer.load_trainjob(job), trainer.load_runtime(runtime)
     except jobs.LoadError as exc:
         raise Stop("; ".join(f"{path or '<document>'}: {message}" for path, message in exc.errors), True) from None
-    report = validating.check_schema_rules(loaded)
-    for more in (validating.check_runtime(loaded_runtime), validating.check_against_runtime(loaded, loaded_runtime)):
-        report.errors += more.errors
+    try:
+        report = validating.check_schema_rules(loaded)
+        for more in (validating.check_runtime(loaded_runtime),
+                     validating.check_against_runtime(loaded, loaded_runtime)):
+            report.errors += more.errors
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise Stop(f"spec.template: the runtime's JobSet template cannot be read: {exc!r}", True) from None
     if not report.ok:
         raise Stop(reports.describe(report), True)
 
@@ -190,6 +194,10 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
         plan = planning.build(job, runtime)
     except errors.PlanError as exc:
         raise Stop(str(exc), True) from None
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        # The runtime's template is free-form (a JobSet spec the CRD does not check): a value of
+        # the wrong shape there is the runtime's fault, said as such, never a crash of the pass.
+        raise Stop(f"spec.template: the runtime's JobSet template cannot be read: {exc!r}", True) from None
     if unsnapped:
         decision.create(planning.snapshot(job, runtime), "the runtime as this job first uses it (KEP 2599)")
     suspended = bool(objects.spec_of(job).get("suspend"))

@@ -244,3 +244,19 @@ def test_a_trainjob_whose_suspend_is_taken_away_resumes_its_jobset() -> None:
     del job["spec"]["suspend"]
     (updated,) = decide(job, jobset, snapshot).updates
     assert "suspend" not in updated["spec"]
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda t: t["replicatedJobs"][0]["template"]["spec"].update(parallelism="many"), id="parallelism"),
+    pytest.param(lambda t: t["replicatedJobs"][0].update(template=[]), id="template-a-list"),
+    pytest.param(lambda t: t["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(containers="node"),
+                 id="containers-a-string"),
+    pytest.param(lambda t: t.update(replicatedJobs=[None]), id="a-null-replicated-job"),
+    pytest.param(lambda t: t.update(network="flat"), id="network-a-string"),
+])
+def test_a_runtime_template_of_the_wrong_shape_fails_the_job_without_crashing_the_pass(change: Any) -> None:
+    runtime = b.runtime("torch-distributed")
+    change(runtime["spec"]["template"]["spec"])
+    decision = decide(b.train_job(trainer={"numNodes": 2}), runtime)
+    assert decision.creates == [] and decision.error is not None
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
