@@ -131,6 +131,12 @@ class Stop(Exception):
         self.by_input = by_input
 
 
+def unreadable(exc: Exception) -> Stop:
+    """The runtime's template is free-form (a JobSet spec the CRD does not check): a value of the
+    wrong shape there is the runtime's fault, said as such, never a crash of the pass."""
+    return Stop(f"spec.template: the runtime's JobSet template cannot be read: {exc!r}", True)
+
+
 def runtime_of(job: Mapping[str, Any], found: Observed) -> tuple[Manifest, bool]:
     """The runtime to build from (the snapshot's, else the live one) and whether its
     snapshot must be made; :class:`Stop` when there is none."""
@@ -164,7 +170,7 @@ def judge(job: Manifest, runtime: Manifest) -> None:
                      validating.check_against_runtime(loaded, loaded_runtime)):
             report.errors += more.errors
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
-        raise Stop(f"spec.template: the runtime's JobSet template cannot be read: {exc!r}", True) from None
+        raise unreadable(exc) from None
     if not report.ok:
         raise Stop(reports.describe(report), True)
 
@@ -195,9 +201,7 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
     except errors.PlanError as exc:
         raise Stop(str(exc), True) from None
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
-        # The runtime's template is free-form (a JobSet spec the CRD does not check): a value of
-        # the wrong shape there is the runtime's fault, said as such, never a crash of the pass.
-        raise Stop(f"spec.template: the runtime's JobSet template cannot be read: {exc!r}", True) from None
+        raise unreadable(exc) from None
     if unsnapped:
         decision.create(planning.snapshot(job, runtime), "the runtime as this job first uses it (KEP 2599)")
     suspended = bool(objects.spec_of(job).get("suspend"))
