@@ -156,8 +156,8 @@ def deadline(job: Mapping[str, Any], status: Status, now: dt.datetime) -> dt.dat
     """When ``activeDeadlineSeconds`` runs out (None: no deadline runs now): from the job's
     creation, or from its resume (the Suspended=False condition's time)."""
     seconds = objects.spec_of(job).get("activeDeadlineSeconds")
-    if not seconds or status.finished or objects.spec_of(job).get("suspend"):
-        return None
+    if not isinstance(seconds, int) or seconds <= 0 or status.finished or objects.spec_of(job).get("suspend"):
+        return None  # none, or not a number (admission says so; the pass does not)
     start = objects.creation_timestamp_of(job)
     resumed = status.find(SUSPENDED)
     if resumed is not None and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
