@@ -123,7 +123,8 @@ BAD_INPUT = [
     pytest.param(trainjob("bad-uri", initializer={"model": {"storageUri": "no scheme"}}),
                  ['spec.initializer.model.storageUri: Invalid value: "no scheme": storageUri may be empty, or it must be '
                   "a valid URI (scheme://...)"], id="storageUri"),
-    pytest.param(trainjob("dotted.name"), ["metadata.name must match RFC 1035 DNS label format"], id="name-not-dns-1035"),
+    pytest.param(trainjob("dotted.name"), ["<nil>: Invalid value: metadata.name must match RFC 1035 DNS label format"],
+                 id="name-not-dns-1035"),
     pytest.param(runtime_with_replicas(2), ['admission webhook "validator.trainingruntime.trainer.kubeflow.org" denied '
                                             "the request: spec.template.spec.replicatedJobs[0].replicas: Invalid value: "
                                             "2: always must be 1"], id="runtime-trainer-step-replicas"),

@@ -69,6 +69,9 @@ PATCH = {"manager": "example.com/team", "trainingRuntimeSpec": {"template": {"sp
     pytest.param(trainjob(runtimePatches=[{"manager": "nodomain"}]), runtime(),
                  'spec.runtimePatches.manager: Invalid value: "nodomain": must be a domain-prefixed path (such as '
                  '"acme.io/foo")', id="patch-manager-not-domain-prefixed"),
+    pytest.param(trainjob(runtimePatches=[{"manager": "example.com/a b"}]), runtime(),
+                 'spec.runtimePatches.manager: Invalid value: "a b": Invalid path (regex used for validation is '
+                 "'[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')", id="patch-manager-path"),
     pytest.param(trainjob(trainer={"env": [{"name": "PET_NNODES", "value": "3"}]}), runtime(),
                  'spec.trainer.env: Invalid value: [{"name":"PET_NNODES","value":"3"}]: must not have reserved '
                  "envs, invalid envs configured: [PET_NNODES]", id="torch-reserved-env"),
