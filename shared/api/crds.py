@@ -55,16 +55,24 @@ import pydantic
 import pydantic_core
 import yaml
 
-from shared.api import common, elastic, jobs, mpijobs, trainer
+from shared.api import common, elastic, jobs, jobsets, mpijobs, trainer
 
 Schema = dict[str, Any]
 ETKind = type[elastic.TrainingJob] | type[elastic.ScaleIn] | type[elastic.ScaleOut]
+TrainerKind = type[trainer.TrainJob] | type[trainer.TrainingRuntime] | type[trainer.ClusterTrainingRuntime]
+Kind = type[jobs.Job] | ETKind | type[jobsets.JobSet] | TrainerKind
 
 _INT64_FIELDS = {(common.RunPolicy, "active_deadline_seconds")}
 """int fields that are int64 upstream; every other int is int32."""
 
-_DEFAULTS: dict[tuple[type[pydantic.BaseModel], str], Any] = {(common.RunPolicy, "suspend"): False}
-"""Schema defaults applied by the API server (only ``runPolicy.suspend`` upstream)."""
+_DEFAULTS: dict[tuple[type[pydantic.BaseModel], str], Any] = {
+    (common.RunPolicy, "suspend"): False,
+    (jobsets.ReplicatedJob, "replicas"): 1,
+    (jobsets.ReplicatedJob, "group_name"): jobsets.DEFAULT_GROUP_NAME,
+    (jobsets.FailurePolicy, "restart_strategy"): "Recreate",
+}
+"""Schema defaults applied by the API server (``runPolicy.suspend`` of kubeflow.org/v1; a JobSet's
+replicas, groupName and restartStrategy)."""
 
 _VALIDATIONS: dict[tuple[type[pydantic.BaseModel], str], list[Schema]] = {
     (common.SchedulingPolicy, "queue"): [
@@ -437,10 +445,6 @@ def et_crd(cls: ETKind) -> dict[str, Any]:
     return definition
 
 
-TrainerKind = type[trainer.TrainJob] | type[trainer.TrainingRuntime] | type[trainer.ClusterTrainingRuntime]
-Kind = type[jobs.Job] | ETKind | TrainerKind
-
-
 _API_VERSION_TEXT = (
     "APIVersion defines the versioned schema of this representation of an object. Servers should convert "
     "recognized schemas to the latest internal value, and may reject unrecognized values. More info: "
@@ -504,8 +508,49 @@ def trainer_crd(cls: TrainerKind) -> dict[str, Any]:
     return definition
 
 
+def jobset_crd() -> dict[str, Any]:
+    """JobSet's CustomResourceDefinition, from :mod:`shared.api.jobsets`: upstream's names, printer
+    columns and status subresource; each replicated job's Job template free-form."""
+    schema: Schema = {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": _schema_of_type(jobsets.JobSetSpec),
+            "status": _schema_of_type(jobsets.JobSetStatus),
+        },
+    }
+    _describe_object(schema, jobsets.JobSet)
+    column = {"name": "", "type": "string", "jsonPath": ""}
+    columns = [{**column, "name": name, "jsonPath": path, **({"description": text} if text else {})}
+               for name, path, text in (
+                   ("TerminalState", ".status.terminalState", "Final state of JobSet"),
+                   ("Restarts", ".status.restarts", "Number of restarts"),
+                   ("Completed", '.status.conditions[?(@.type=="Completed")].status', ""),
+                   ("Suspended", ".spec.suspend", "JobSet suspended"))]
+    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+                    "description": "Time this JobSet was created"})
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{jobsets.PLURAL}.{jobsets.GROUP}"},
+        "spec": {
+            "group": jobsets.GROUP,
+            "names": {"kind": jobsets.KIND, "listKind": f"{jobsets.KIND}List", "plural": jobsets.PLURAL,
+                      "singular": jobsets.SINGULAR},
+            "scope": "Namespaced",
+            "versions": [{"name": jobsets.VERSION, "served": True, "storage": True,
+                          "additionalPrinterColumns": columns, "schema": {"openAPIV3Schema": schema},
+                          "subresources": {"status": {}}}],
+        },
+    }
+
+
 def file_name(cls: Kind) -> str:
     """``<group>_<plural>.yaml`` (``kubeflow.org_pytorchjobs.yaml``), as upstream names its CRD files."""
+    if cls is jobsets.JobSet:
+        return f"{jobsets.GROUP}_{jobsets.PLURAL}.yaml"
     if issubclass(cls, jobs.Job):
         group = jobs.GROUP
     elif cls in trainer.KINDS.values():
@@ -516,7 +561,9 @@ def file_name(cls: Kind) -> str:
 
 
 def definition(cls: Kind) -> dict[str, Any]:
-    """The CRD of any kind kto serves (:func:`crd`, :func:`et_crd` or :func:`trainer_crd`)."""
+    """The CRD of any kind kto serves (:func:`crd`, :func:`et_crd`, :func:`jobset_crd` or :func:`trainer_crd`)."""
+    if cls is jobsets.JobSet:
+        return jobset_crd()
     for job_cls in jobs.KINDS.values():
         if cls is job_cls:
             return crd(job_cls)
@@ -537,7 +584,7 @@ def render(cls: Kind) -> str:
 
 def files() -> dict[str, str]:
     """Every CRD file: name → text."""
-    kinds: list[Kind] = [*jobs.KINDS.values(), *elastic.KINDS.values(), *trainer.KINDS.values()]
+    kinds: list[Kind] = [*jobs.KINDS.values(), *elastic.KINDS.values(), jobsets.JobSet, *trainer.KINDS.values()]
     return {file_name(cls): render(cls) for cls in kinds}
 
 
