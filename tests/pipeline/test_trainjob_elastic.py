@@ -134,7 +134,7 @@ async def test_kube_controller_managers_hpa_scales_an_elastic_trainjob_through_i
     status.selector) and writes spec.trainer.numNodes = 3, through the CRD's rule that keeps the
     rest of ``trainer`` immutable. The HPA is the test's, not the policy's: kto's own HPA takes
     minReplicas from minNodes, which numNodes may not be below."""
-    name = pipeline.namespace[-8:] + "-hpa"
+    name = "scaled"
     runtime = f"torch-elastic-{pipeline.namespace}"
     await start(pipeline, elastic_runtime(runtime), elastic_job(name, runtime, 2))
     first = await wait_for_nodes(pipeline, name, 2, timeout=120)
@@ -149,6 +149,10 @@ async def test_kube_controller_managers_hpa_scales_an_elastic_trainjob_through_i
     assert job["spec"]["trainer"]["numNodes"] == 3
     hpa = await pipeline.client.get(resources.HPAS, pipeline.namespace, name)
     assert hpa["status"]["desiredReplicas"] == 3
+    job["spec"]["trainer"]["image"] = "other:image"
+    with pytest.raises(clients.ApiError) as refused:
+        await pipeline.client.replace(resources.TRAINJOBS, pipeline.namespace, job)
+    assert "field is immutable except numNodes" in str(refused.value)
     try:
         await pipeline.client.delete(resources.CLUSTERTRAININGRUNTIMES, None, runtime)
     except clients.ApiError as exc:
