@@ -708,11 +708,13 @@ class Stack(lifecycle.Started):
         self._stopping = True
         timeout = self.settings.stop_timeout
         while self.jobset_controllers:  # first: their webhooks go while the clusters answer
+            from realparts import caching
+
             context, controller = self.jobset_controllers.popitem()
             try:
                 await controller.stop()
-            except Exception as exc:  # a cluster that died first: the rest must still stop
-                log.warning("%s: stopping the JobSet controller: %s", context, exc)
+            except caching.PartError as exc:  # a cluster that died first: the rest must still stop
+                log.warning("%s: %s", context, exc)
         while self._tiers:
             tier = self._tiers.pop()
             async with asyncio.TaskGroup() as group:

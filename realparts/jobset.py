@@ -71,6 +71,8 @@ START_TIMEOUT = 60.0
 MUTATING = "jobset-mutating-webhook-configuration"
 VALIDATING = "jobset-validating-webhook-configuration"
 """The webhook configurations' names in upstream's installation (kustomize's ``jobset-`` prefix)."""
+LEASE = "6d4f6a47.jobset.x-k8s.io"
+"""The controller's leader-election lease (its default ``resourceName``) in :data:`NAMESPACE`."""
 
 
 def _build(directory: pathlib.Path) -> None:
@@ -198,20 +200,35 @@ class JobSetController(lifecycle.Started):
             await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
-        """Safe twice: the webhook configurations go first, then the process."""
+        """Safe twice: the webhook configurations go first, then the process, then its lease (as
+        controller-runtime's release-on-cancel would, which upstream leaves off: a controller
+        started next on the cluster would wait out the lease's 15 s). The process is stopped
+        also when the cluster no longer answers; then the first such error is raised."""
+        failed: list[BaseException] = []
         if self._registered:
             self._registered = False
-            async with await clients.KubeClient.connect(self.kubeconfig, self.context) as client:
-                for rt, name in ((resources.MUTATING_WEBHOOK_CONFIGURATIONS, MUTATING),
-                                 (resources.VALIDATING_WEBHOOK_CONFIGURATIONS, VALIDATING)):
-                    try:
-                        await client.delete(rt, None, name)
-                    except clients.ApiError as exc:
-                        if not exc.not_found:
-                            raise
+            await self._delete(failed, (resources.MUTATING_WEBHOOK_CONFIGURATIONS, None, MUTATING),
+                               (resources.VALIDATING_WEBHOOK_CONFIGURATIONS, None, VALIDATING))
         if self._process is not None:
             process, self._process = self._process, None
             await process.stop(kube.STOP_TIMEOUT)
+            await self._delete(failed, (resources.LEASES, NAMESPACE, LEASE))
+        if failed:
+            raise caching.PartError(f"cleaning up after the JobSet controller on {self.context}: {failed[0]!r}")
+
+    async def _delete(self, failed: list[BaseException],
+                      *objects: tuple[resources.ResourceType, str | None, str]) -> None:
+        """Delete ``objects`` (those already gone are fine); an error is added to ``failed``."""
+        try:
+            async with await clients.KubeClient.connect(self.kubeconfig, self.context) as client:
+                for rt, namespace, name in objects:
+                    try:
+                        await client.delete(rt, namespace, name)
+                    except clients.ApiError as exc:
+                        if not exc.not_found:
+                            raise
+        except Exception as exc:  # the cluster gone first: the process must still stop
+            failed.append(exc)
 
 
 async def apply(client: clients.KubeClient, rt: resources.ResourceType, manifest: dict[str, Any]) -> None:
