@@ -52,6 +52,7 @@ from faulting import proxying
 from shared import lifecycle
 from shared.bus import settings as bus_settings
 from shared.bus import signing
+from shared.core import settings as operator_settings
 from shared.kube import clients, resources
 from supervising import processes
 
@@ -67,8 +68,6 @@ CONTROL_PLANES = ("sim", "kube")
 BROKERS = ("tansu", "kafka")
 RUNTIMES = ("simulated", "process")
 JOBSET_CONTROLLERS = ("kto", "upstream")
-SERVE_JOBSETS_ENV = "KTO_SERVE_JOBSETS"
-"""The services' ``serve_jobsets`` setting: ``false`` leaves JobSets to another controller."""
 
 KEYRING_FILE = "keys.json"
 """The signing keys ``kto up`` makes in its state dir (docs/security.md)."""
@@ -137,9 +136,9 @@ class StackSettings:
     etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kto's node agent)."""
 
     jobset_controller: str = "kto"
-    """Who serves JobSets: ``kto`` (its own JobSet family) or ``upstream`` (the real JobSet controller
-    v0.12.0 on each cluster, realparts/jobset.py, and kto's services with ``KTO_SERVE_JOBSETS=false``);
-    ``upstream`` needs ``control_plane="kube"``."""
+    """Who serves JobSets: ``kto`` (its own JobSet family, unless ``serve_jobsets`` is false) or
+    ``upstream`` (the real JobSet controller v0.12.0 on each cluster, realparts/jobset.py, and kto's
+    services with ``KTO_SERVE_JOBSETS=false``); ``upstream`` needs ``control_plane="kube"``."""
 
     broker: str = "tansu"
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
@@ -159,6 +158,10 @@ class StackSettings:
     """First port of the services' Prometheus ``/metrics`` (watchers, then reconcilers, then status
     workers, one port each, in that order; :attr:`Stack.metrics_targets`); 0: none. Either way each
     service is given its port (or 0), so a ``KTO_METRICS_PORT`` in the environment is not taken by all."""
+
+    serve_jobsets: bool = True
+    """kto serves JobSets itself (``KTO_SERVE_JOBSETS`` of its watchers and reconcilers); false
+    leaves them to another controller. Taken as false with ``jobset_controller="upstream"``."""
 
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
@@ -419,8 +422,8 @@ class Stack(lifecycle.Started):
         if self.bootstrap:
             env.update(self.kafka.to_env())
         env[signing.ENV] = self.keyring
-        if self.settings.jobset_controller == "upstream":
-            env[SERVE_JOBSETS_ENV] = "false"  # the real JobSet controller serves them
+        serving = self.settings.serve_jobsets and self.settings.jobset_controller == "kto"
+        env[operator_settings.SERVE_JOBSETS_ENV] = "true" if serving else "false"
         return env
 
     def _make_keys(self) -> None:
