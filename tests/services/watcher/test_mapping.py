@@ -62,3 +62,33 @@ def test_every_job_kind_has_a_controller_name() -> None:
     assert sorted(mapping.KIND_BY_CONTROLLER.values()) == sorted(
         ["PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob", "MPIJob"])
     assert mapping.KIND_BY_CONTROLLER["mpi-operator"] == "MPIJob"
+
+
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+
+
+@pytest.mark.parametrize(("obj", "unserved", "expected"), [
+    pytest.param(_obj("JobSet", "js", JOBSET), frozenset(), "c1/ns1/JobSet/js", id="a JobSet is its own key"),
+    pytest.param(_obj("Job", "js-w-0", "batch/v1", owners=[_owner("JobSet", "js", JOBSET)]), frozenset(),
+                 "c1/ns1/JobSet/js", id="a JobSet's Job by its controller"),
+    pytest.param(_obj("Job", "m-launcher", "batch/v1", owners=[_owner("MPIJob", "m", "kubeflow.org/v2beta1")]),
+                 frozenset(), "c1/ns1/MPIJob/m", id="an MPIJob's launcher Job as before"),
+    pytest.param(_obj("Pod", "js-w-0-0-x", labels={"jobset.sigs.k8s.io/jobset-name": "js"},
+                      owners=[_owner("Job", "js-w-0", "batch/v1")]), frozenset(), "c1/ns1/JobSet/js",
+                 id="a JobSet's pod by its jobset-name label"),
+    pytest.param(_obj("JobSet", "js", JOBSET), frozenset({"JobSet"}), None,
+                 id="a JobSet another controller serves has no key of its own"),
+    pytest.param(_obj("Job", "js-w-0", "batch/v1", owners=[_owner("JobSet", "js", JOBSET)]), frozenset({"JobSet"}),
+                 None, id="nor have its Jobs"),
+])
+def test_jobsets_and_their_jobs_and_pods_map_to_the_jobset(obj: dict[str, Any], unserved: frozenset[str],
+                                                           expected: str | None) -> None:
+    key = mapping.job_key("c1", obj, unserved)
+    assert (str(key) if key is not None else None) == expected
+
+
+def test_a_job_controlled_by_a_job_is_also_published_under_its_owners_key() -> None:
+    owned = _obj("JobSet", "js", JOBSET, owners=[_owner("PyTorchJob", "p")])
+    assert str(mapping.owner_key("c1", owned)) == "c1/ns1/PyTorchJob/p"
+    assert mapping.owner_key("c1", _obj("JobSet", "js", JOBSET)) is None
+    assert mapping.owner_key("c1", _obj("Pod", "p", owners=[_owner("MPIJob", "m")])) is None, "a child is not a job"
