@@ -281,6 +281,16 @@ def subject_of(manifest: Manifest) -> str:
     return f"{manifest.get('kind')} {objects.namespace_of(manifest)}/{objects.name_of(manifest)}"
 
 
+def left_alone(subject: str, managed_by: str | None, controller: str, deleting: bool) -> Effects | None:
+    """A pass that does nothing, saying why: the job's ``managedBy`` names another controller than
+    ``controller`` (Kueue's MultiKueue), or the job is being deleted; None otherwise."""
+    if managed_by is not None and managed_by != controller:
+        return Effects(steps=[Step("skip", subject, f"managed by {managed_by}")])
+    if deleting:
+        return Effects(steps=[Step("skip", subject, "being deleted")])
+    return None
+
+
 def failed_validation(document: Manifest, problem: object) -> Effects:
     """A job that does not load as its kind: nothing is made for it, and the verdict the
     status service reaches from the job alone is said on the topic (no act)."""

@@ -60,6 +60,7 @@ def test_the_registry_knows_every_kind_and_who_writes_its_status() -> None:
     pytest.param("batch/v1", "Job", False, id="batch-job"),
     pytest.param(trainer.API_VERSION, "TrainJob", True, id="trainjob"),
     pytest.param(trainer.API_VERSION, "ClusterTrainingRuntime", False, id="a-runtime-is-not-a-job"),
+    pytest.param(jobsets.API_VERSION, "JobSet", True, id="jobset"),
 ])
 def test_which_objects_are_jobs(api_version: str, kind: str, is_job: bool) -> None:
     assert families.REGISTRY.is_job(api_version, kind) is is_job

@@ -1,0 +1,79 @@
+"""A JobSet served by kto end to end, on both tiers: two replicated jobs, the second depending on
+the first's completion, run as Indexed Jobs (sim/'s Job controller or kube-controller-manager's) on
+nodes whose pods are local processes; the pods are labelled as JobSet's, each resolves the others as
+``<jobset>-<replicatedJob>-<job>-<pod>.<subdomain>``, and the JobSet reaches Completed; ``kto replay``
+decides every recorded pass again without a divergence."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from shared.api import jobsets
+from shared.kube import resources
+from tests.fixtures.pipeline import Pipeline
+from tests.pipeline.test_replay import kto
+from tests.sdk.conftest import label_nodes
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+RESOLVE = ("import socket, sys\n"
+           "for name in sys.argv[1:]:\n"
+           "    print(name, socket.gethostbyname(name))\n")
+
+
+def replicated(name: str, replicas: int, pods: int, resolve: list[str], **fields: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "python:3.11", "command": ["python3", "-c", RESOLVE, *resolve]}
+    return {"name": name, "replicas": replicas, **fields, "template": {"spec": {
+        "parallelism": pods, "completions": pods, "backoffLimit": 0,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}}
+
+
+async def test_a_jobset_with_depends_on_runs_to_completed(pipeline: Pipeline) -> None:
+    await label_nodes(pipeline, "process")
+    await asyncio.sleep(0.5)  # the kubelet's node watch
+    try:
+        names = ["js-a-0-0.js", "js-a-0-1.js", "js-b-1-1.js", f"js-b-0-0.js.{pipeline.namespace}.svc"]
+        await pipeline.submit({
+            "apiVersion": jobsets.API_VERSION, "kind": "JobSet", "metadata": {"name": "js"},
+            "spec": {"replicatedJobs": [
+                replicated("a", 1, 2, ["js-a-0-1.js"]),
+                replicated("b", 2, 2, names, dependsOn=[{"name": "a", "status": "Complete"}]),
+            ]}})
+        done = await pipeline.wait_for("JobSet", "js", "Completed", timeout=90)
+    finally:
+        await label_nodes(pipeline, "simulated")
+    status = done["status"]
+    assert status["terminalState"] == "Completed" and status["restarts"] == 0
+    assert sorted((s["name"], s["succeeded"]) for s in status["replicatedJobsStatus"]) == [("a", 1), ("b", 2)]
+    completed = next(c for c in status["conditions"] if c["type"] == "Completed")
+    assert (completed["reason"], completed["message"]) == ("AllJobsCompleted", "jobset completed successfully")
+
+    jobs, _ = await pipeline.client.list(resources.BATCH_JOBS, pipeline.namespace,
+                                         label_selector=f"{jobsets.JOBSET_NAME_LABEL}=js")
+    by_name = {j["metadata"]["name"]: j for j in jobs}
+    assert sorted(by_name) == ["js-a-0", "js-b-0", "js-b-1"]
+    a_done = by_name["js-a-0"]["status"]["completionTime"]
+    assert all(by_name[n]["metadata"]["creationTimestamp"] >= a_done for n in ("js-b-0", "js-b-1")), \
+        "b's Jobs are made once a completed"
+
+    pods, _ = await pipeline.client.list(resources.PODS, pipeline.namespace,
+                                         label_selector=f"{jobsets.JOBSET_NAME_LABEL}=js")
+    assert len(pods) == 6
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        job = f"js-{labels[jobsets.REPLICATED_JOB_LABEL]}-{labels[jobsets.JOB_INDEX_LABEL]}"
+        assert pod["metadata"]["name"].startswith(f"{job}-{labels[INDEX]}-")
+        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (f"{job}-{labels[INDEX]}", "js")
+        # Each pod resolved its names or exited 1, which (backoffLimit 0) would have failed the JobSet.
+        assert pod["status"]["phase"] == "Succeeded"
+    service = await pipeline.client.get(resources.SERVICES, pipeline.namespace, "js")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {jobsets.JOBSET_NAME_LABEL: "js"}
+
+    await asyncio.sleep(2.0)  # the last pass and its observation reach the log
+    replay = await kto(pipeline, "replay", "--all", "-n", pipeline.namespace, "-o", "json")
+    assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-2000:]
+    reports = {r["key"]: r for r in json.loads(replay.stdout)["jobs"]}
+    report = reports[pipeline.key("JobSet", "js")]
+    assert report["ok"] and report["divergence"] is None and report["passes"] >= 3, report
