@@ -131,7 +131,9 @@ def webhook_configurations(build: pathlib.Path, url: str, ca: bytes) -> list[dic
 
 def configuration(cert_dir: pathlib.Path, webhook_port: int, probe_port: int) -> dict[str, Any]:
     """The controller's configuration file: upstream's (leader election on) with internal cert
-    management off and the webhook server on 127.0.0.1 with kto's certificates."""
+    management off, the webhook server on 127.0.0.1 with kto's certificates, and the ElasticJobSet
+    feature gate on (kto's elastic TrainJob scales a running JobSet's node job in place; v0.12.0
+    takes its feature gates from this file, it has no ``--feature-gates`` flag)."""
     return {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
         "leaderElection": {"leaderElect": True, "resourceNamespace": NAMESPACE},
@@ -139,6 +141,7 @@ def configuration(cert_dir: pathlib.Path, webhook_port: int, probe_port: int) ->
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        "featureGates": {"ElasticJobSet": True},
     }
 
 

@@ -134,6 +134,12 @@ async def test_kube_controller_managers_hpa_scales_an_elastic_trainjob_through_i
     status.selector) and writes spec.trainer.numNodes = 3, through the CRD's rule that keeps the
     rest of ``trainer`` immutable. The HPA is the test's, not the policy's: kto's own HPA takes
     minReplicas from minNodes, which numNodes may not be below."""
+    await scaled_by_an_hpa(pipeline)
+
+
+async def scaled_by_an_hpa(pipeline: Pipeline) -> None:
+    """An elastic TrainJob of 2 nodes, an HPA of minReplicas 3 on it: 3 nodes, 0 and 1 the first ones;
+    the rest of ``trainer`` stays immutable."""
     name = "scaled"
     runtime = f"torch-elastic-{pipeline.namespace}"
     await start(pipeline, elastic_runtime(runtime), elastic_job(name, runtime, 2))

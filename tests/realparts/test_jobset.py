@@ -75,6 +75,7 @@ def test_its_configuration_is_upstreams_with_kto_certificates_on_loopback(tmp_pa
     assert config["leaderElection"] == {"leaderElect": True, "resourceNamespace": jobset.NAMESPACE}
     assert config["internalCertManagement"] == {"enable": False}
     assert config["webhook"] == {"port": 9443, "host": "127.0.0.1", "certDir": str(tmp_path)}
+    assert config["featureGates"] == {"ElasticJobSet": True}, "kto's elastic TrainJob scales JobSets in place"
 
 
 @pytest.fixture
