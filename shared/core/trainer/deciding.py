@@ -180,6 +180,9 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
     jobset_suspended = bool(objects.spec_of(found.jobset or {}).get("suspend"))
     if plan.hpa is not None:
         _create_or_sync(decision, job, found.hpa, plan.hpa, True, "spec")
+    elif found.hpa is not None and _ours(job, found.hpa) and not objects.is_deleting(found.hpa):
+        # Suspended (or its metrics gone): the HPA would scale a job that does not run, as PyTorchJob's.
+        decision.delete(found.hpa, "suspend" if suspended else "no-metrics", "no HPA in the plan")
     if plan.elastic and not (suspended or jobset_suspended):
         _scale(decision, job, found.jobset, plan.jobset)
     _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec")

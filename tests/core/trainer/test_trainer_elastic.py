@@ -137,3 +137,12 @@ def test_a_suspended_elastic_job_syncs_its_whole_jobset_as_upstream() -> None:
     job["spec"]["trainer"]["numNodes"] = 3
     [updated] = decide(job, jobset, snapshot).updates
     assert node_spec(updated)["parallelism"] == 3 and updated["spec"]["suspend"] is True
+
+
+def test_suspending_an_elastic_job_deletes_its_hpa() -> None:
+    job, runtime = elastic_job(2), elastic_runtime(metrics=HPA_METRICS)
+    jobset, snapshot = started(job, runtime)
+    hpa = b.owned(job, planning.build(job, runtime).hpa or {})
+    job["spec"]["suspend"] = True
+    decision = decide(job, jobset, snapshot, hpa)
+    assert [(d.kind, d.name, d.reason) for d in decision.deletes] == [("HorizontalPodAutoscaler", "job", "suspend")]
