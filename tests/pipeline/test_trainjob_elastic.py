@@ -6,6 +6,7 @@ scaling."""
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 from typing import Any
 
@@ -16,6 +17,7 @@ from shared.api import jobsets
 from shared.kube import clients, resources
 from tests.fixtures.pipeline import CLUSTER, Pipeline
 from tests.fixtures.sim import Kubectl
+from tests.pipeline.test_replay import kto
 
 LONG = {"sim.kto.dev/duration": "600s"}
 """The nodes run until the test is over: only a scale starts or stops one."""
@@ -98,6 +100,10 @@ async def test_kubectl_scale_grows_and_shrinks_a_running_elastic_trainjob_in_pla
     assert await wait_for_nodes(pipeline, "grow", 2) == first, "node 2 goes, nodes 0 and 1 are the first ones"
     job = await pipeline.job("TrainJob", "grow")
     assert not any(c["type"] == "Failed" for c in (job.get("status") or {}).get("conditions") or [])
+    replay = await kto(pipeline, "replay", "-n", pipeline.namespace, "trainjob/grow", "-o", "json")
+    assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-2000:]
+    (report,) = json.loads(replay.stdout)["jobs"]
+    assert report["ok"] and report["divergence"] is None, report
 
 
 @pytest.mark.parametrize("tier", ["sim"], indirect=True)
