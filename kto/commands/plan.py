@@ -3,7 +3,9 @@
 In: files (or stdin) holding job documents: the six kubeflow.org/v1 kinds,
 MPIJob kubeflow.org/v2beta1 (mpi-operator), and et-operator's TrainingJob,
 ScaleIn and ScaleOut (kai.alibabacloud.com/v1alpha1; a scaler is checked, it
-has no children of its own). Out: the child
+has no children of its own), and Kubeflow Trainer v2's TrainJob, whose
+TrainingRuntime or ClusterTrainingRuntime is looked up among the documents
+of the same file. Out: the child
 manifests (pods, services, config maps, …) on stdout, as a YAML stream or a
 JSON array. Every document goes through what the operator does: load,
 validate (as the upstream webhook, on the un-defaulted job), default, plan.
@@ -22,7 +24,8 @@ from typing import Any
 
 import yaml
 
-HELP = "Print the child objects kto would create for job YAMLs (kubeflow.org v1 and v2beta1, et-operator)."
+HELP = ("Print the child objects kto would create for job YAMLs (kubeflow.org v1 and v2beta1, et-operator, "
+        "Kubeflow Trainer v2's TrainJob with its runtime in the same file).")
 
 _EPILOG = """\
 Documents are numbered from 0 within each file, in file order (empty

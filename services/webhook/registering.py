@@ -53,7 +53,7 @@ def _webhook(hook: admitting.Hook, url: str, ca_bundle: bytes, selector: Obj, ti
         "objectSelector": {},
         "rules": [{
             "apiGroups": [target.group], "apiVersions": [target.version], "operations": ["CREATE", "UPDATE"],
-            "resources": [target.plural], "scope": "Namespaced",
+            "resources": [target.plural], "scope": "Cluster" if target.cluster_scoped else "Namespaced",
         }],
         "sideEffects": "None",
         "timeoutSeconds": timeout,

@@ -160,7 +160,7 @@ class _Widgets:
 
 
 def test_a_new_family_plugs_in_with_one_line() -> None:
-    registry = families.Registry([*families.REGISTRY.families, _Widgets()])
+    registry = families.Registry([*families.REGISTRY.families, _Widgets()], admitted=families.REGISTRY.admitted)
     widget = {"apiVersion": "example.dev/v1", "kind": "WidgetJob", "metadata": {"name": "w"}}
     assert isinstance(registry.resolve("WidgetJob", widget), _Widgets)
     assert "WidgetJob" in registry.kinds and "WidgetJob" in registry.status_kinds

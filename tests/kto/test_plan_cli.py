@@ -236,3 +236,19 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     error = process.stderr.read().decode()
     process.wait(timeout=120)
     assert "Traceback" not in error and "BrokenPipeError" not in error, error
+
+
+def test_plan_of_an_upstream_trainjob_with_its_runtime_in_the_same_file_prints_the_jobset(tmp_path: Path) -> None:
+    from realparts import trainer as upstream
+
+    example = next(p for p in upstream.example_files() if p.name == "05-multi-step.yaml")
+    result = kto_plan(example, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    (jobset,) = json.loads(result.stdout)
+    assert (jobset["kind"], jobset["metadata"]["name"]) == ("JobSet", "multi-step-example")
+    assert [r["name"] for r in jobset["spec"]["replicatedJobs"]] == ["dataset-initializer", "node"]
+    alone = tmp_path / "job.yaml"
+    alone.write_text(yaml.safe_dump(list(yaml.safe_load_all(example.read_text()))[1]))
+    assert assert_rejected(kto_plan(alone)) == [
+        f"{alone}: document 0: spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
+        "documents given"]

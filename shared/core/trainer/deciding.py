@@ -18,12 +18,16 @@ created when missing and, for the JobSet and PodGroup, brought to the plan only 
 the job or the JobSet is suspended (a running JobSet is never changed); then the
 Suspended condition, the JobSet's Complete, Failed and jobsStatus, and the deadline.
 
-Where kto differs: a plan that cannot be made because of the job or its runtime (the
-runtime missing, two ML policies, a patch naming a container the runtime does not
-have) is a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
+Where kto differs: a job that got past admission although the webhook would refuse it
+(:func:`judge`: the checks of :mod:`shared.core.trainer.validating`, its fields named),
+and a plan that cannot be made because of the job or its runtime (the runtime missing,
+two ML policies, a patch naming a container the runtime does not have) are a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
 message naming the field, beside upstream's Warning Event of that reason; upstream
 only records the Event and retries. Like upstream's other Failed conditions it is
 decided afresh on every pass, so a runtime created later lets the job run.
+A create the API server refuses (a JobSet its webhook or a quota refuses) is the same
+``Failed`` condition with the API's message: the reconciler decides the pass again with the
+refusal and writes that status; the next look, 30 s on, tries again.
 Level-triggered and pure: the same inputs give the same decision.
 """
 
@@ -34,13 +38,19 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shared.api import objects, trainer
-from shared.core import effects, errors, events, owners
+from shared.api import jobs, objects, trainer
+from shared.core import effects, errors, events, owners, reports
 from shared.core.trainer import planning, podsets, sshkeys, statuses, validating
 
 Manifest = dict[str, Any]
 
 HPA_KIND = "HorizontalPodAutoscaler"
+
+
+RETRY_AFTER = 30.0
+"""Seconds before a job whose objects could not be made because of its input is looked at again:
+runtimes are not watched, so a runtime created or fixed later is found by this look (upstream
+retries with the controller's backoff)."""
 
 
 @dataclasses.dataclass
@@ -142,6 +152,20 @@ def runtime_of(job: Mapping[str, Any], found: Observed) -> tuple[Manifest, bool]
     return found.runtime, True
 
 
+def judge(job: Manifest, runtime: Manifest) -> None:
+    """What the admission webhook would have said of the job and its runtime, for one that got past
+    it (made before the webhook ran, or with it off): :class:`Stop` naming the fields."""
+    try:
+        loaded, loaded_runtime = trainer.load_trainjob(job), trainer.load_runtime(runtime)
+    except jobs.LoadError as exc:
+        raise Stop("; ".join(f"{path or '<document>'}: {message}" for path, message in exc.errors), True) from None
+    report = validating.check_schema_rules(loaded)
+    for more in (validating.check_runtime(loaded_runtime), validating.check_against_runtime(loaded, loaded_runtime)):
+        report.errors += more.errors
+    if not report.ok:
+        raise Stop(reports.describe(report), True)
+
+
 def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: Manifest | None, desired: Manifest,
                     sync: bool, *fields: str) -> None:
     """Create ``desired`` when missing; when ``sync``, bring the current one to it."""
@@ -161,6 +185,7 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
                       new_ssh_key: Callable[[], sshkeys.KeyPair]) -> planning.Plan:
     """The runtime's objects, made or brought to the plan (:class:`Stop` when they cannot be)."""
     runtime, unsnapped = runtime_of(job, found)
+    judge(job, runtime)
     try:
         plan = planning.build(job, runtime)
     except validating.OutOfRange as exc:
@@ -201,16 +226,15 @@ def _scale(decision: effects.Effects, job: Manifest, current: Manifest | None, d
 
 
 def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
-           new_ssh_key: Callable[[], sshkeys.KeyPair]) -> effects.Effects:
-    """The decision of one reconcile of ``job`` (see the module)."""
-    decision = effects.Effects()
+           new_ssh_key: Callable[[], sshkeys.KeyPair], refused: Sequence[effects.Refusal] = ()) -> effects.Effects:
+    """The decision of one reconcile of ``job`` (see the module); ``refused``: creates of this
+    pass the API server refused (a ``Failed`` condition with its message, looked at again)."""
     managed_by = objects.spec_of(job).get("managedBy")
-    if managed_by is not None and managed_by != trainer.MANAGED_BY_TRAINER:
-        decision.step("skip", _subject(job), f"managed by {managed_by}")
-        return decision
-    if objects.is_deleting(job):
-        decision.step("skip", _subject(job), "being deleted")
-        return decision
+    skipped = effects.left_alone(_subject(job), None if managed_by is None else str(managed_by),
+                                 trainer.MANAGED_BY_TRAINER, objects.is_deleting(job))
+    if skipped is not None:
+        return skipped
+    decision = effects.Effects()
     found = observe(job, children)
     old = statuses.of(job)
     status = statuses.of(job)
@@ -229,6 +253,11 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
             decision.stop(_subject(job), stop.message, events.trainjob_creation_failed(stop.message))
             if stop.by_input:
                 status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
+                decision.requeue_after = RETRY_AFTER
+        if refused and not decision.error:
+            refusal = refused[0]
+            status.fail(statuses.CREATION_FAILED_REASON, f"{refusal.kind} {refusal.name}: {refusal.message}", now)
+            decision.requeue_after = RETRY_AFTER
     statuses.set_suspended(job, status, now)
     statuses.from_jobset(status, found.jobset, now)
     ends = statuses.deadline(job, status, now)

@@ -11,7 +11,7 @@ import pytest
 from shared.core import effects
 from shared.core.trainer import deciding, family, planning
 
-import trainer_builders as b
+from . import trainer_builders as b
 
 
 def decide(job: dict[str, Any], *children: dict[str, Any], now: dt.datetime = b.NOW) -> effects.Effects:
@@ -58,6 +58,7 @@ def test_a_missing_runtime_is_upstreams_event_and_a_failed_condition_saying_so(k
     assert [(e.type, e.reason, e.message) for e in decision.events] == [
         ("Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {message}")]
     assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert decision.requeue_after == deciding.RETRY_AFTER, "runtimes are not watched: look again"
 
 
 def test_the_failure_of_a_missing_runtime_goes_once_the_runtime_is_there() -> None:
@@ -202,3 +203,33 @@ def test_kto_plan_of_a_trainjob_takes_its_runtime_from_the_documents_beside_it()
     alone = family.FAMILY.dry_run(job, settings.OperatorSettings(), "<key>", b.NOW, [job])
     assert alone.errors == ["spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
                             "documents given"]
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    pytest.param({"trainer": {"env": [{"name": "PET_NNODES", "value": "9"}]}}, "spec.trainer.env",
+                 id="a-reserved-torch-env"),
+    pytest.param({"runtimePatches": [{"manager": "example.com/team", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "ghost"}]}}}}}]}}}}]}, "spec.runtimePatches", id="a-patch-to-a-missing-container"),
+    pytest.param({"initializer": {"dataset": {"storageUri": "hf://x"}}}, "spec.runtimeRef",
+                 id="an-initializer-the-runtime-lacks"),
+])
+def test_a_job_that_got_past_admission_fails_naming_the_field(spec: dict[str, Any], field: str) -> None:
+    decision = decide(b.train_job(**spec), b.runtime("torch-distributed"))
+    assert decision.creates == [] and decision.error is not None and decision.error.startswith(field)
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+
+
+def test_a_jobset_the_api_server_refuses_fails_the_job_with_its_message_until_a_later_look() -> None:
+    job, runtime = b.train_job(), b.runtime("torch-distributed")
+    refusal = effects.Refusal("JobSet", "job", "Forbidden", 'exceeded quota: compute, requested: pods=3')
+    decision = deciding.decide(job, [runtime], b.NOW, lambda: b.KEYS, [refusal])
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert decision.status is not None
+    assert decision.status.dump()["conditions"][0]["message"] == (
+        "JobSet job: exceeded quota: compute, requested: pods=3")
+    assert decision.requeue_after == deciding.RETRY_AFTER
+    job["status"] = decision.status.dump()
+    jobset, snapshot = running(job, runtime)
+    later = decide(job, jobset, snapshot)
+    assert later.status is not None and later.status.dump() == {}, "made at last: the failure goes"

@@ -12,7 +12,7 @@ from shared.api import jobsets
 from shared.core import effects
 from shared.core.trainer import deciding, planning
 
-import trainer_builders as b
+from . import trainer_builders as b
 
 HPA_METRICS = [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
                                                                            "averageUtilization": 80}}}]

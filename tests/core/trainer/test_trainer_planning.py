@@ -11,7 +11,7 @@ import pytest
 from shared.core import errors
 from shared.core.trainer import patching, planning
 
-import trainer_builders as b
+from . import trainer_builders as b
 
 INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
 
