@@ -8,15 +8,14 @@ Three parts, as upstream splits them:
 
 * :func:`check_schema_rules`: the CRDs' CEL rules (``x-kubernetes-validations``). kube-apiserver runs them
   before any webhook, so on a real cluster these never fire here; the local cluster (sim/) has no CEL,
-  and kto's webhook runs them for it with kube-apiserver's words (``<path>: Invalid value: "<type>":
-  <message>``).
+  and kto's webhook runs them for it with kube-apiserver's words (:func:`_cel`).
 * :func:`check_runtime`: upstream's TrainingRuntime and ClusterTrainingRuntime webhooks (replicated Jobs
   of an ancestor step have one replica and the step's container), and the runtime's CEL rules;
   kto adds JobSet's one CEL rule the runtime's free-form template cannot carry.
 * :func:`check_against_runtime`: upstream's TrainJob webhook: the runtime must exist (the read's error
   and upstream's words, under upstream's field path: ``spec.runtimeRef`` for a TrainingRuntime,
   ``spec.RuntimeRef`` for a ClusterTrainingRuntime), then each plugin's ``Validate`` (torch, mpi,
-  xgboost, jobset: initializers, runtimePatches). Upstream runs its plugins from a Go map, in no fixed
+  xgboost, flux, jobset: initializers, runtimePatches). Upstream runs its plugins from a Go map, in no fixed
   order; kto's order is fixed: the ML policy's, then jobset's.
 
 The trainjob family's decide calls :func:`check_against_runtime` too (``Failed`` for a job that got past
@@ -64,6 +63,10 @@ DEPRECATION_POLICY_URL = ("https://trainer.kubeflow.org/en/latest/operator-guide
 TORCHTUNE_ENTRYPOINT = ["tune", "run"]
 TORCHTUNE_MODELS = frozenset({"llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B"})
 TORCHTUNE_MULTI_NODE_MODEL = "llama3_3/70B"
+TORCHTUNE_IMMUTABLE_CONFIGS = frozenset({"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir",
+                                         "tokenizer.merges_file"})
+"""Config items the runtime sets in a torchtune command, which ``spec.trainer.args`` must not."""
+FLUX_INSTALLER = "flux-installer"
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SUBDOMAIN_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -100,9 +103,13 @@ def _shown(model: Any) -> str:
     return go_json(model.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
 
-def _cel(path: str, schema_type: str, message: str) -> FieldError:
-    """A CEL rule's failure as kube-apiserver reports it: the node's schema type as the value."""
-    return FieldError(path, "Invalid", message, reports.quote(schema_type))
+def _cel(path: str, value: Any, message: str) -> FieldError:
+    """A CEL rule's failure as kube-apiserver (1.37) reports it: a scalar's value shown
+    (``spec.managedBy: Invalid value: "x": <message>``), an object's or a list's left out
+    (``spec.mlPolicy: Invalid value: <message>``: pass None)."""
+    if value is None:
+        return FieldError(path, "Invalid", message)
+    return FieldError(path, "Invalid", message, reports.number(value) if isinstance(value, int) else reports.quote(value))
 
 
 # ---------------------------------------------------------------------------
@@ -113,20 +120,20 @@ def _cel(path: str, schema_type: str, message: str) -> FieldError:
 def _uri_errors(path: str, uri: str | None) -> list[FieldError]:
     if uri is None or uri == "" or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$", uri):
         return []
-    return [_cel(path, "string", "storageUri may be empty, or it must be a valid URI (scheme://...)")]
+    return [_cel(path, uri, "storageUri may be empty, or it must be a valid URI (scheme://...)")]
 
 
 def _trainjob_cel(job: trainer.TrainJob, old: trainer.TrainJob | None) -> list[FieldError]:
     errors: list[FieldError] = []
     name = job.name
     if name and not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", name):
-        errors.append(_cel("<nil>", "object", "metadata.name must match RFC 1035 DNS label format"))
+        errors.append(_cel("<nil>", None, "metadata.name must match RFC 1035 DNS label format"))
     if len(name) > 63:
-        errors.append(_cel("<nil>", "object", "metadata.name must be no more than 63 characters"))
+        errors.append(_cel("<nil>", None, "metadata.name must be no more than 63 characters"))
     spec = job.spec
     managed = job.spec.model_fields_set
     if "managed_by" in managed and spec.managed_by not in trainer.MANAGED_BY_VALUES:
-        errors.append(_cel("spec.managedBy", "string", f"ManagedBy must be {trainer.MANAGED_BY_TRAINER} or "
+        errors.append(_cel("spec.managedBy", spec.managed_by, f"ManagedBy must be {trainer.MANAGED_BY_TRAINER} or "
                                                        f"{trainer.MANAGED_BY_MULTIKUEUE} if set"))
     initializer = spec.initializer
     if initializer is not None and initializer.dataset is not None:
@@ -142,18 +149,16 @@ def _immutable_errors(job: trainer.TrainJob, old: trainer.TrainJob) -> list[Fiel
     """``self == oldSelf`` on the fields set in both versions (CEL transition rules only run then);
     ``trainer`` but for its ``numNodes`` (kto's elastic TrainJob: the scale subresource writes it)."""
     found: list[FieldError] = []
-    for name, alias, schema_type in (("runtime_ref", "runtimeRef", "object"), ("initializer", "initializer", "object"),
-                                     ("trainer", "trainer", "object"),
-                                     ("active_deadline_seconds", "activeDeadlineSeconds", "integer"),
-                                     ("managed_by", "managedBy", "string")):
+    for name, alias in (("runtime_ref", "runtimeRef"), ("initializer", "initializer"), ("trainer", "trainer"),
+                        ("active_deadline_seconds", "activeDeadlineSeconds"), ("managed_by", "managedBy")):
         before, after = getattr(old.spec, name), getattr(job.spec, name)
         if before is None or after is None:
             continue
         if name == "trainer":
             if _wire(before, "numNodes") != _wire(after, "numNodes"):
-                found.append(_cel("spec.trainer", schema_type, TRAINER_IMMUTABLE))
+                found.append(_cel("spec.trainer", None, TRAINER_IMMUTABLE))
         elif _wire(before) != _wire(after):
-            found.append(_cel(f"spec.{alias}", schema_type, "field is immutable"))
+            found.append(_cel(f"spec.{alias}", after if isinstance(after, (int, str)) else None, "field is immutable"))
     return found
 
 
@@ -173,27 +178,27 @@ def _runtime_cel(runtime: Runtime) -> list[FieldError]:
     policy = runtime.spec.ml_policy
     if policy is not None:
         if len(policy.policies) > 1:
-            errors.append(_cel("spec.mlPolicy", "object", trainer.ONE_POLICY_RULE["message"]))
+            errors.append(_cel("spec.mlPolicy", None, trainer.ONE_POLICY_RULE["message"]))
         torch = policy.torch
         if torch is not None and torch.env_injection is not None:
             for index, target in enumerate(torch.env_injection.targets or []):
                 if trainer.NODE in target.container_names:
                     errors.append(_cel(
-                        f"spec.mlPolicy.torch.envInjection.targets[{index}].containerNames", "array",
+                        f"spec.mlPolicy.torch.envInjection.targets[{index}].containerNames", None,
                         "containerNames must not include the main node container because PET_* envs are always "
                         "injected into it"))
         elastic = torch.elastic_policy if torch is not None else None
         if elastic is not None and elastic.min_nodes > elastic.max_nodes:
-            errors.append(_cel("spec.mlPolicy.torch.elasticPolicy", "object", ELASTIC_RANGE_RULE))
+            errors.append(_cel("spec.mlPolicy.torch.elasticPolicy", None, ELASTIC_RANGE_RULE))
         flux = policy.flux
         if flux is not None and flux.num_proc_per_node is not None and flux.num_proc_per_node < 1:
-            errors.append(_cel("spec.mlPolicy.flux.numProcPerNode", "integer",
+            errors.append(_cel("spec.mlPolicy.flux.numProcPerNode", flux.num_proc_per_node,
                                "NumProcPerNode in fluxPolicy must be >= 1"))
     spec = runtime.spec.template.spec
     startup = spec.get("startupPolicy")
     if (isinstance(startup, dict) and startup.get("startupPolicyOrder") == "InOrder"
             and any("dependsOn" in job for job in runtime.spec.template.replicated_jobs)):
-        errors.append(_cel("spec.template.spec", "object", "StartupPolicy and DependsOn APIs are mutually exclusive"))
+        errors.append(_cel("spec.template.spec", None, "StartupPolicy and DependsOn APIs are mutually exclusive"))
     return errors
 
 
@@ -328,8 +333,18 @@ def _torchtune_model(runtime_name: str) -> str:
     return f"{fields[1].replace('.', '_')}/{fields[2].upper()}"
 
 
+def _bool_arg(args: Sequence[str], item: str) -> bool:
+    """Whether some ``key=value`` argument whose key contains ``item`` is true (Python's ``True`` too)."""
+    for arg in args:
+        name, found, value = arg.partition("=")
+        if found and item in name and value.strip().lower() == "true":
+            return True
+    return False
+
+
 def _torchtune_errors(job: trainer.TrainJob, spec: trainer.Trainer) -> list[FieldError]:
-    """The torchtune checks that need no recipe: a supported model, one node (but for the 70B model)."""
+    """The torchtune checks that need no recipe: a supported model, one node (but for the 70B model), no LoRA
+    across nodes, no config item the runtime sets."""
     errors: list[FieldError] = []
     model = _torchtune_model(job.spec.runtime_ref.name)
     if model not in TORCHTUNE_MODELS:
@@ -340,6 +355,41 @@ def _torchtune_errors(job: trainer.TrainJob, spec: trainer.Trainer) -> list[Fiel
     if nodes > 1 and model != TORCHTUNE_MULTI_NODE_MODEL:
         errors.append(FieldError("spec.trainer.numNodes", "Invalid", f"must be 1 for {model} model",
                                  reports.number(nodes)))
+    args = spec.args or []
+    lora = any("model.lora_attn_modules" in arg for arg in args)
+    qlora = not _bool_arg(args, "model.use_dora") and _bool_arg(args, "model.quantize_base")
+    if nodes > 1 and (lora or qlora):
+        errors.append(FieldError("spec.trainer.numNodes", "Invalid",
+                                 "LoRA fine-tuning is not supported for multi-node training in TorchTune",
+                                 reports.number(nodes)))
+    for index, arg in enumerate(args):
+        key = arg.split("=", 1)[0]
+        if key in TORCHTUNE_IMMUTABLE_CONFIGS:
+            errors.append(FieldError(f"spec.trainer.args[{index}]", "Invalid",
+                                     f"must not set immutable config {reports.quote(key)} in trainer args; it is "
+                                     "managed by the runtime", reports.quote(arg)))
+    return errors
+
+
+def _flux_errors(job: trainer.TrainJob, runtime: Runtime) -> list[FieldError]:
+    policy = runtime.spec.ml_policy
+    flux = policy.flux if policy is not None else None
+    if flux is None:
+        return []
+    errors: list[FieldError] = []
+    spec = job.spec.trainer
+    procs = spec.num_proc_per_node if spec is not None and spec.num_proc_per_node is not None else (
+        flux.num_proc_per_node)
+    if procs is not None and procs < 1:
+        errors.append(FieldError("spec.trainer.numProcPerNode", "Invalid",
+                                 "must be greater than or equal to 1 for Flux TrainJob", reports.number(procs)))
+    for rjob in runtime.spec.template.replicated_jobs:
+        if rjob.get("name") != trainer.NODE:
+            continue
+        for container in _containers(_pod_spec(rjob), "initContainers"):
+            if container.get("name") == FLUX_INSTALLER:
+                errors.append(FieldError("spec.trainer.initContainers", "Invalid",
+                                         f"InitContainer '{FLUX_INSTALLER}' is reserved", reports.quote(FLUX_INSTALLER)))
     return errors
 
 
@@ -483,7 +533,8 @@ def check_against_runtime(job: trainer.TrainJob, runtime: Runtime | Unread, old:
         warning = deprecation_warning(runtime)
         if warning is not None:
             report.warnings.append(f"Referenced {warning}")
-    report.errors += _torch_errors(job, runtime) + _mpi_errors(job, runtime) + _xgboost_errors(job, runtime)
+    report.errors += (_torch_errors(job, runtime) + _mpi_errors(job, runtime) + _xgboost_errors(job, runtime)
+                      + _flux_errors(job, runtime))
     report.errors += _jobset_errors(job, runtime, old)
     return report
 

@@ -83,6 +83,15 @@ PATCH = {"manager": "example.com/team", "trainingRuntimeSpec": {"template": {"sp
                  runtime("torchtune-llama3.2-1b"),
                  "spec.trainer.numNodes: Invalid value: 2: must be 1 for llama3_2/1B model",
                  id="torchtune-numNodes-beyond-the-model"),
+    pytest.param(trainjob("torchtune-llama3.2-1b", trainer={"command": ["tune", "run"],
+                                                          "args": ["output_dir=/tmp/out", "epochs=1"]}),
+                 runtime("torchtune-llama3.2-1b"),
+                 'spec.trainer.args[0]: Invalid value: "output_dir=/tmp/out": must not set immutable config '
+                 '"output_dir" in trainer args; it is managed by the runtime', id="torchtune-immutable-config"),
+    pytest.param(trainjob("torch-distributed", trainer={"numProcPerNode": 0}),
+                 runtime(**{"spec.mlPolicy": {"numNodes": 1, "flux": {"numProcPerNode": 1}}}),
+                 "spec.trainer.numProcPerNode: Invalid value: 0: must be greater than or equal to 1 for Flux TrainJob",
+                 id="flux-procs"),
     pytest.param(trainjob("xgboost-distributed", trainer={"env": [{"name": "A"}, {"name": "DMLC_TASK_ID"}]}),
                  runtime("xgboost-distributed"),
                  "spec.trainer.env[1]: Forbidden: DMLC_TASK_ID is reserved for the XGBoost runtime",
@@ -112,7 +121,7 @@ ROLE = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
 
 
 @pytest.mark.parametrize("changes, expected", [
-    pytest.param({"spec.mlPolicy.mpi": {}}, 'spec.mlPolicy: Invalid value: "object": Only one of the policy can be '
+    pytest.param({"spec.mlPolicy.mpi": {}}, 'spec.mlPolicy: Invalid value: Only one of the policy can be '
                  "configured", id="two-ml-policies"),
     pytest.param({"spec.template.spec.replicatedJobs.0.replicas": 2},
                  "spec.template.spec.replicatedJobs[0].replicas: Invalid value: 2: always must be 1",
@@ -123,12 +132,12 @@ ROLE = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
                  id="trainer-step-without-node-container"),
     pytest.param({"spec.mlPolicy.torch": {"envInjection": {"targets": [{"jobName": "node",
                                                                         "containerNames": ["node"]}]}}},
-                 'spec.mlPolicy.torch.envInjection.targets[0].containerNames: Invalid value: "array": containerNames '
+                 'spec.mlPolicy.torch.envInjection.targets[0].containerNames: Invalid value: containerNames '
                  "must not include the main node container because PET_* envs are always injected into it",
                  id="env-injection-of-node"),
     pytest.param({"spec.template.spec.startupPolicy": {"startupPolicyOrder": "InOrder"},
                   "spec.template.spec.replicatedJobs.0.dependsOn": [{"name": "x", "status": "Complete"}]},
-                 'spec.template.spec: Invalid value: "object": StartupPolicy and DependsOn APIs are mutually exclusive',
+                 'spec.template.spec: Invalid value: StartupPolicy and DependsOn APIs are mutually exclusive',
                  id="startup-policy-and-depends-on"),
 ])
 def test_a_bad_runtime_is_refused_with_upstreams_words(changes: dict[str, Any], expected: str) -> None:
@@ -137,14 +146,14 @@ def test_a_bad_runtime_is_refused_with_upstreams_words(changes: dict[str, Any], 
 
 @pytest.mark.parametrize("job, old, expected", [
     pytest.param(trainjob(managedBy="someone/else"), None,
-                 'spec.managedBy: Invalid value: "string": ManagedBy must be trainer.kubeflow.org/trainjob-controller '
+                 'spec.managedBy: Invalid value: "someone/else": ManagedBy must be trainer.kubeflow.org/trainjob-controller '
                  "or kueue.x-k8s.io/multikueue if set", id="managedBy-value"),
     pytest.param(trainjob(managedBy=trainer.MANAGED_BY_MULTIKUEUE), trainjob(managedBy=trainer.MANAGED_BY_TRAINER),
-                 'spec.managedBy: Invalid value: "string": field is immutable', id="managedBy-immutable"),
+                 'spec.managedBy: Invalid value: "kueue.x-k8s.io/multikueue": field is immutable', id="managedBy-immutable"),
     pytest.param(trainjob("other"), trainjob(),
-                 'spec.runtimeRef: Invalid value: "object": field is immutable', id="runtimeRef-immutable"),
+                 'spec.runtimeRef: Invalid value: field is immutable', id="runtimeRef-immutable"),
     pytest.param(trainjob(initializer={"dataset": {"storageUri": "not a uri"}}), None,
-                 'spec.initializer.dataset.storageUri: Invalid value: "string": storageUri may be empty, or it must be '
+                 'spec.initializer.dataset.storageUri: Invalid value: "not a uri": storageUri may be empty, or it must be '
                  "a valid URI (scheme://...)", id="storageUri"),
 ])
 def test_a_trainjob_breaking_a_cel_rule_is_refused_as_kube_apiserver_words_it(

@@ -77,13 +77,13 @@ def test_the_trainjob_webhook_refuses_a_node_count_outside_the_elastic_bounds(nu
 def test_a_runtime_whose_min_nodes_exceed_its_max_nodes_breaks_its_cel_rule() -> None:
     loaded = trainer.load_runtime(elastic_runtime(minNodes=3, maxNodes=2))
     assert [str(e) for e in validating.check_runtime(loaded).errors] == [
-        'spec.mlPolicy.torch.elasticPolicy: Invalid value: "object": minNodes must be less than or equal to maxNodes']
+        'spec.mlPolicy.torch.elasticPolicy: Invalid value: minNodes must be less than or equal to maxNodes']
 
 
 @pytest.mark.parametrize(("change", "expected"), [
     pytest.param({"numNodes": 3}, [], id="numNodes-may-change"),
     pytest.param({"image": "other:image"},
-                 ['spec.trainer: Invalid value: "object": field is immutable except numNodes'], id="image-may-not"),
+                 ['spec.trainer: Invalid value: field is immutable except numNodes'], id="image-may-not"),
 ])
 def test_trainer_is_immutable_but_for_num_nodes(change: dict[str, Any], expected: list[str]) -> None:
     old = trainer.load_trainjob(b.train_job(trainer={"numNodes": 2, "image": "i"}))
