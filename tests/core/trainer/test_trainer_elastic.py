@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from shared.api import jobsets
-from shared.core import effects
-from shared.core.trainer import deciding, planning
+from shared.core import effects, settings
+from shared.core.trainer import deciding, family, planning
 
 from . import trainer_builders as b
 
@@ -146,3 +146,9 @@ def test_suspending_an_elastic_job_deletes_its_hpa() -> None:
     job["spec"]["suspend"] = True
     decision = decide(job, jobset, snapshot, hpa)
     assert [(d.kind, d.name, d.reason) for d in decision.deletes] == [("HorizontalPodAutoscaler", "job", "suspend")]
+
+
+def test_kto_plan_of_an_elastic_trainjob_shows_its_hpa_beside_its_jobset() -> None:
+    runtime = elastic_runtime(metrics=HPA_METRICS)
+    planned = family.FAMILY.dry_run(elastic_job(), settings.OperatorSettings(), "<key>", b.NOW, [runtime])
+    assert planned.errors == [] and [c["kind"] for c in planned.children] == ["HorizontalPodAutoscaler", "JobSet"]
