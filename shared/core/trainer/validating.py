@@ -603,12 +603,23 @@ def check_nodes(policy: Mapping[str, Any], num_nodes: int) -> tuple[int, int]:
     return low, high
 
 
-def check_elastic(job: trainer.TrainJob, runtime: Runtime) -> Report:
+def _num_nodes(job: trainer.TrainJob | None) -> int | None:
+    return job.spec.trainer.num_nodes if job is not None and job.spec.trainer is not None else None
+
+
+def check_elastic(job: trainer.TrainJob, runtime: Runtime, old: trainer.TrainJob | None = None) -> Report:
     """kto's TrainJob webhook on an elastic runtime: the job's node count (``trainer.numNodes``, else the
-    runtime's ``mlPolicy.numNodes``) within ``[minNodes, maxNodes]``."""
+    runtime's ``mlPolicy.numNodes``) within ``[minNodes, maxNodes]``. On a runtime that is not elastic a
+    change of ``numNodes`` is refused with upstream's words (upstream's whole ``trainer`` is immutable;
+    the CRD lets ``numNodes`` through for the elastic TrainJob's scale subresource)."""
     policy = runtime.spec.ml_policy
     elastic = policy.torch.elastic_policy if policy is not None and policy.torch is not None else None
-    if elastic is None or elastic.min_nodes > elastic.max_nodes:
+    if elastic is None:
+        before, after = _num_nodes(old), _num_nodes(job)
+        if old is not None and old.spec.trainer is not None and after is not None and before != after:
+            return Report([_cel("spec.trainer", None, "field is immutable")])
+        return Report()
+    if elastic.min_nodes > elastic.max_nodes:
         return Report()
     given = job.spec.trainer.num_nodes if job.spec.trainer is not None else None
     num_nodes = given if given is not None else (policy.num_nodes if policy is not None else None) or 1
@@ -636,7 +647,7 @@ def _against(job: trainer.TrainJob, old: trainer.TrainJob | None, found: dict[st
     except jobs.LoadError as exc:
         return check_against_runtime(job, Unread(f"the runtime does not load: {exc}"), old)
     report = check_against_runtime(job, runtime, old)
-    report.errors += check_elastic(job, runtime).errors
+    report.errors += check_elastic(job, runtime, old).errors
     return report
 
 

@@ -89,3 +89,16 @@ def test_trainer_is_immutable_but_for_num_nodes(change: dict[str, Any], expected
     old = trainer.load_trainjob(b.train_job(trainer={"numNodes": 2, "image": "i"}))
     new = trainer.load_trainjob(b.train_job(trainer={"numNodes": 2, "image": "i", **change}))
     assert [str(e) for e in validating.check_schema_rules(new, old).errors] == expected
+
+
+@pytest.mark.parametrize(("runtime", "allowed"), [
+    pytest.param(elastic_runtime(), True, id="elastic"),
+    pytest.param(b.runtime("torch-distributed"), False, id="not-elastic"),
+])
+def test_the_trainjob_webhook_lets_num_nodes_change_only_on_an_elastic_runtime(runtime: dict[str, Any],
+                                                                               allowed: bool) -> None:
+    old, new = b.train_job(trainer={"numNodes": 2}), b.train_job(trainer={"numNodes": 3})
+    answer = review(new, runtime, old)
+    assert answer.allowed is allowed
+    if not allowed:
+        assert "spec.trainer: Invalid value: field is immutable" in answer.message
