@@ -32,8 +32,9 @@ test:
 _test: $(STAMP) lint parts
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30
 
-# Kubernetes (go build from the Go module proxy) and Kafka (jars from Maven
-# Central), built once per machine into ~/.cache/kto; a no-op when cached.
+# Kubernetes, the training-operator and the JobSet controller (go build from
+# the Go module proxy) and Kafka (jars from Maven Central), built once per
+# machine into ~/.cache/kto; a no-op when cached.
 # Headless Chromium for the console's browser tests (Debian's chromium and
 # chromium-driver), installed with apt-get when missing, whatever the tier.
 parts: $(STAMP)

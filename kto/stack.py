@@ -13,7 +13,8 @@ their own (``python -m kto ...``, each in its own process group, output to
    ``fault_proxy`` on a real control plane, a faulting proxy runs in this
    process in front of each cluster and the kubeconfig names the proxies);
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
-   Established);
+   Established); with ``jobset_controller="upstream"``, the real JobSet controller on
+   each (realparts/jobset.py, its state in ``<state-dir>/clusters/<ctx>/jobset``);
 4. one ``kto watcher`` per cluster, ``reconcilers`` × ``kto reconciler`` and
    ``status_workers`` × ``kto status-service``.
 
@@ -66,6 +67,7 @@ CRD_DIR = REPO_ROOT / "deploy" / "crds"
 CONTROL_PLANES = ("sim", "kube")
 BROKERS = ("tansu", "kafka")
 RUNTIMES = ("simulated", "process")
+JOBSET_CONTROLLERS = ("kto", "upstream")
 
 KEYRING_FILE = "keys.json"
 """The signing keys ``kto up`` makes in its state dir (docs/security.md)."""
@@ -133,6 +135,11 @@ class StackSettings:
     """``sim`` (``kto sim``, in one Python process) or ``kube`` (``kto control-plane``: real
     etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kto's node agent)."""
 
+    jobset_controller: str = "kto"
+    """Who serves JobSets: ``kto`` (its own JobSet family, unless ``serve_jobsets`` is false) or
+    ``upstream`` (the real JobSet controller v0.12.0 on each cluster, realparts/jobset.py, and kto's
+    services with ``KTO_SERVE_JOBSETS=false``); ``upstream`` needs ``control_plane="kube"``."""
+
     broker: str = "tansu"
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
     ``<state-dir>/kafka``, kept across runs)."""
@@ -153,8 +160,8 @@ class StackSettings:
     service is given its port (or 0), so a ``KTO_METRICS_PORT`` in the environment is not taken by all."""
 
     serve_jobsets: bool = True
-    """kto serves JobSets itself (``KTO_SERVE_JOBSETS`` of its watchers and reconcilers); false where
-    the real JobSet controller runs (``kto up --jobset-controller upstream``)."""
+    """kto serves JobSets itself (``KTO_SERVE_JOBSETS`` of its watchers and reconcilers); false
+    leaves them to another controller. Taken as false with ``jobset_controller="upstream"``."""
 
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
@@ -177,6 +184,11 @@ class StackSettings:
             raise StackError("reconciler concurrency must be at least 1")
         if self.control_plane not in CONTROL_PLANES:
             raise StackError(f"control plane {self.control_plane!r} is not one of {', '.join(CONTROL_PLANES)}")
+        if self.jobset_controller not in JOBSET_CONTROLLERS:
+            raise StackError(f"JobSet controller {self.jobset_controller!r} is not one of "
+                             f"{', '.join(JOBSET_CONTROLLERS)}")
+        if self.jobset_controller == "upstream" and self.control_plane != "kube":
+            raise StackError("the upstream JobSet controller runs on a real control plane: add --control-plane kube")
         if self.broker not in BROKERS:
             raise StackError(f"broker {self.broker!r} is not one of {', '.join(BROKERS)}")
         if self.runtime not in RUNTIMES:
@@ -363,6 +375,8 @@ class Stack(lifecycle.Started):
         """The services' signing keys (``KTO_SIGNING_KEYS``): the user's when set, else made once in
         the state dir and kept, so ``kto history --verify`` checks records of earlier runs too."""
         self.children: list[Child] = []
+        self.jobset_controllers: dict[str, lifecycle.Started] = {}
+        """Context → the real JobSet controller running on it (``settings.jobset_controller="upstream"``)."""
         self._tiers: list[list[Child]] = []
         """Children in start order, grouped; stopped last tier first."""
         self._lock: IO[str] | None = None
@@ -408,7 +422,8 @@ class Stack(lifecycle.Started):
         if self.bootstrap:
             env.update(self.kafka.to_env())
         env[signing.ENV] = self.keyring
-        env[operator_settings.SERVE_JOBSETS_ENV] = "true" if self.settings.serve_jobsets else "false"
+        serving = self.settings.serve_jobsets and self.settings.jobset_controller == "kto"
+        env[operator_settings.SERVE_JOBSETS_ENV] = "true" if serving else "false"
         return env
 
     def _make_keys(self) -> None:
@@ -491,6 +506,8 @@ class Stack(lifecycle.Started):
                 group.create_task(self._apply_crds(context), name=f"kto-stack-crds-{context}")
         if s.webhooks > 0:
             await self._start_webhooks()
+        if s.jobset_controller == "upstream":
+            await self._start_jobset_controllers()
 
         services: list[Child] = []
         for context in self.contexts:
@@ -509,6 +526,19 @@ class Stack(lifecycle.Started):
         if self.metrics_targets:
             self._write_scrape_config()
         await self._start_tier_checked(services)
+
+    async def _start_jobset_controllers(self) -> None:
+        """The real JobSet controller on every cluster, once its CRD and webhooks are in place."""
+        from realparts import caching, jobset
+
+        for context in self.contexts:
+            controller = jobset.JobSetController(self.kubeconfig, context,
+                                                 self.state_dir / "clusters" / context / "jobset")
+            self.jobset_controllers[context] = controller
+            try:
+                await controller.start()
+            except (caching.PartError, clients.ApiError) as exc:
+                raise StackError(f"{context}: the JobSet controller: {exc}") from None
 
     async def _start_proxy(self, context: str, kubeconfig: pathlib.Path, faults: str) -> pathlib.Path:
         """A faulting proxy in front of ``kubeconfig``'s cluster, ``faults`` in force from the start;
@@ -682,6 +712,14 @@ class Stack(lifecycle.Started):
         """Stop the tiers in reverse start order; release the state dir. Safe twice."""
         self._stopping = True
         timeout = self.settings.stop_timeout
+        while self.jobset_controllers:  # first: their webhooks go while the clusters answer
+            from realparts import caching
+
+            context, controller = self.jobset_controllers.popitem()
+            try:
+                await controller.stop()
+            except caching.PartError as exc:  # a cluster that died first: the rest must still stop
+                log.warning("%s: %s", context, exc)
         while self._tiers:
             tier = self._tiers.pop()
             async with asyncio.TaskGroup() as group:

@@ -53,6 +53,24 @@ def run_logged(command: list[str], *, cwd: pathlib.Path, env: dict[str, str], lo
         raise PartError(f"{what} failed (exit {result.returncode}); last lines of {log_path}: " + " | ".join(lines))
 
 
+GO_HOW = "install Go 1.26 or newer (https://go.dev/dl or your distribution's golang package)"
+
+
+def go_build(directory: pathlib.Path, *, module: str, version: str, package: str, binary: str, what: str) -> None:
+    """One ``go build`` of ``package`` of ``module`` at ``version`` from the Go module proxy: a build
+    module required it is written in ``directory/src`` (nothing of it is committed anywhere), the
+    static binary goes to ``directory/binary``, the output of both steps to ``directory/build.log``."""
+    go = require_tool("go", GO_HOW)
+    source = directory / "src"
+    source.mkdir(parents=True)
+    (source / "go.mod").write_text(f"module kto.local/{binary}build\n\ngo 1.26.0\n\nrequire {module} {version}\n")
+    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    for command in ([go, "get", f"{package}@{version}"],
+                    [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / binary), package]):
+        run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
+                   what=f"{' '.join(command[:2])} of {what} {version}")
+
+
 def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = False) -> pathlib.Path:
     """The finished build ``name`` in the cache, running ``build(directory)`` once if it is missing.
 

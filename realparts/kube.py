@@ -121,7 +121,7 @@ func main() { etcdmain.Main(os.Args) }
 
 
 def _build(directory: pathlib.Path) -> None:
-    go = caching.require_tool("go", "install Go 1.26 or newer (https://go.dev/dl or your distribution's golang package)")
+    go = caching.require_tool("go", caching.GO_HOW)
     source = directory / "src"
     (source / "etcd").mkdir(parents=True)
     (source / "go.mod").write_text(go_mod())

@@ -88,15 +88,8 @@ side-by-side bench of 100 jobs holds it for about two minutes)."""
 
 
 def _build(directory: pathlib.Path) -> None:
-    go = caching.require_tool("go", "install Go 1.26 or newer (https://go.dev/dl or your distribution's golang package)")
-    source = directory / "src"
-    source.mkdir(parents=True)
-    (source / "go.mod").write_text(f"module kto.local/upstreambuild\n\ngo 1.26.0\n\nrequire {MODULE} {VERSION}\n")
-    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
-    for command in ([go, "get", f"{PACKAGE}@{VERSION}"],
-                    [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / "training-operator"), PACKAGE]):
-        caching.run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
-                           what=f"{' '.join(command[:2])} of the training-operator {VERSION}")
+    caching.go_build(directory, module=MODULE, version=VERSION, package=PACKAGE, binary="training-operator",
+                     what="the training-operator")
 
 
 def ensure_binary(*, quiet: bool = False) -> pathlib.Path:

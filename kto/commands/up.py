@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve each watcher's, reconciler's and status worker's Prometheus /metrics on its "
                         "own port from PORT up (in that order), and write DIR/prometheus.yml to scrape them "
                         f"(default {s.metrics_port_base}: no metrics)")
+    parser.add_argument("--jobset-controller", choices=stack.JOBSET_CONTROLLERS, default=s.jobset_controller,
+                        help="who serves JobSets: kto (default) or upstream: the real JobSet controller v0.12.0 on "
+                             "each cluster (built once per machine into ~/.cache/kto; needs --control-plane kube)")
     parser.add_argument("--runtime", choices=stack.RUNTIMES, default=s.runtime,
                         help="how the nodes run pods: simulated (default) or process: a pod whose containers "
                              "all have a command runs them as local processes (docs/sandbox.md)")
@@ -103,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
             control_plane=args.control_plane, broker=args.broker, runtime=args.runtime,
             webhooks=args.webhooks, metrics_port_base=args.metrics_port_base,
+            jobset_controller=args.jobset_controller,
         )
     except stack.StackError as exc:
         raise UserError(str(exc)) from None

@@ -463,7 +463,8 @@ def _trainer_printer_columns(cls: TrainerKind) -> list[Schema]:
 
 
 def _trainer_subresources(cls: TrainerKind) -> Schema:
-    return {"status": {}} if cls is trainer.TrainJob else {}
+    """Upstream's status subresource of a TrainJob, and kto's scale subresource (the elastic TrainJob)."""
+    return {"status": {}, "scale": dict(trainer.SCALE)} if cls is trainer.TrainJob else {}
 
 
 def trainer_crd(cls: TrainerKind) -> dict[str, Any]:

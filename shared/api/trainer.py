@@ -66,6 +66,11 @@ DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
 
 MAX_RUNTIME_PATCHES = 16
 
+SCALE = {"specReplicasPath": ".spec.trainer.numNodes", "statusReplicasPath": ".status.numNodes",
+         "labelSelectorPath": ".status.selector"}
+"""The TrainJob's scale subresource (kto's extension for the elastic TrainJob: ``kubectl scale`` and an
+HPA set ``spec.trainer.numNodes``; the status fields are kto's too)."""
+
 LoadError = jobs.LoadError
 """A document that is not a loadable object; ``errors`` are ``(field path, message)`` pairs."""
 
@@ -361,8 +366,39 @@ class EnvInjection(common.Model):
     containers."""
 
 
+class ElasticPolicy(common.Model):
+    """elasticPolicy runs the trainer nodes as an elastic torchrun job (kto's extension, not in Kubeflow
+    Trainer v2.3.0; the API proposed by KEP-2903, kubeflow/trainer#3654): torchrun gets
+    PET_NNODES=minNodes:maxNodes and a c10d rendezvous on node 0, and a change of the TrainJob's
+    spec.trainer.numNodes (its scale subresource) scales the running JobSet's node job in place."""
+
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-validations": [
+        {"rule": "self.minNodes <= self.maxNodes", "message": "minNodes must be less than or equal to maxNodes"}]}
+
+    min_nodes: int = pydantic.Field(json_schema_extra={"minimum": 1})
+    """minNodes is the fewest training nodes the job runs with: the lower bound of torchrun's --nnodes and of
+    the autoscaler. Must be at least 1. (kto's extension, not in Kubeflow Trainer v2.3.0.)"""
+    max_nodes: int = pydantic.Field(json_schema_extra={"minimum": 1})
+    """maxNodes is the most training nodes the job may scale to: the upper bound of torchrun's --nnodes and of
+    the autoscaler. Must be at least minNodes. (kto's extension, not in Kubeflow Trainer v2.3.0.)"""
+    max_restarts: int | None = pydantic.Field(None, json_schema_extra={"minimum": 0})
+    """maxRestarts is how many times torchrun restarts the worker group before it fails (PET_MAX_RESTARTS).
+    (kto's extension, not in Kubeflow Trainer v2.3.0.)"""
+    metrics: list[dict[str, Any]] | None = pydantic.Field(
+        None, json_schema_extra={"x-kubernetes-list-type": "atomic"})
+    """metrics are autoscaling/v2 MetricSpecs: when given, a HorizontalPodAutoscaler named as the TrainJob
+    scales it between minNodes and maxNodes through its scale subresource. (kto's extension, not in Kubeflow
+    Trainer v2.3.0.)"""
+
+
 class TorchMLPolicySource(common.Model):
     """torch defines the configuration for the PyTorch runtime."""
+
+    elastic_policy: ElasticPolicy | None = None
+    """elasticPolicy runs the trainer nodes as an elastic torchrun job (kto's extension, not in Kubeflow
+    Trainer v2.3.0; the API proposed by KEP-2903, kubeflow/trainer#3654): torchrun gets
+    PET_NNODES=minNodes:maxNodes and a c10d rendezvous on node 0, and a change of the TrainJob's
+    spec.trainer.numNodes (its scale subresource) scales the running JobSet's node job in place."""
 
     env_injection: EnvInjection | None = None
     """envInjection configures which additional containers should receive the PET_* environment
@@ -776,6 +812,20 @@ class RuntimePatch(common.Model):
     jobs."""
 
 
+def _immutable_except(model: type[common.Model], mutable: str) -> dict[str, Any]:
+    """Upstream's ``self == oldSelf`` on a whole object, but for one field: every other field is present in
+    both or in neither, and equal."""
+    fields = sorted(field.alias or name for name, field in model.model_fields.items() if name != mutable)
+    rule = " && ".join(f"has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f})"
+                       for f in fields)
+    return {"x-kubernetes-validations": [{"rule": rule, "message": "field is immutable except numNodes"}]}
+
+
+_TRAINER_IMMUTABLE = _immutable_except(Trainer, "num_nodes")
+"""kto's extension: ``trainer.numNodes`` may change (the scale subresource writes it, for an elastic
+TrainJob), the rest of ``trainer`` is immutable as upstream's whole ``trainer`` is."""
+
+
 class TrainJobSpec(common.Model):
     """spec of the TrainJob."""
 
@@ -783,7 +833,7 @@ class TrainJobSpec(common.Model):
     """runtimeRef is the reference to the training runtime."""
     initializer: Initializer | None = pydantic.Field(None, json_schema_extra=_IMMUTABLE)
     """initializer defines the configuration of the initializer."""
-    trainer: Trainer | None = pydantic.Field(None, json_schema_extra=_IMMUTABLE)
+    trainer: Trainer | None = pydantic.Field(None, json_schema_extra=_TRAINER_IMMUTABLE)
     """trainer defines the configuration of the trainer."""
     runtime_patches: list[RuntimePatch] | None = pydantic.Field(
         None, json_schema_extra=_map_list("manager", MAX_RUNTIME_PATCHES))
@@ -910,6 +960,12 @@ class TrainJobStatus(common.Model):
     observed yet (for example, immediately after the TrainJob is created).
 
     This is an alpha feature and requires enabling the TrainJobStatus feature gate."""
+    num_nodes: int | None = pydantic.Field(None, json_schema_extra={"minimum": 0})
+    """numNodes is the number of training nodes the JobSet's node job runs now: the scale subresource's
+    status replicas. (kto's extension, not in Kubeflow Trainer v2.3.0.)"""
+    selector: str | None = None
+    """selector is the label selector of the training nodes' pods: the scale subresource's label selector.
+    (kto's extension, not in Kubeflow Trainer v2.3.0.)"""
 
     def condition(self, condition_type: str) -> Condition | None:
         return next((c for c in self.conditions or [] if c.type == condition_type), None)

@@ -70,7 +70,7 @@ def child_types(
         # its subdomain, which is the JobSet's name unless the spec says otherwise.
         return [(resources.BATCH_JOBS, jobsets.JOBSET_NAME_LABEL), (resources.SERVICES, BY_NAME)]
     if kind == resources.TRAINJOBS.kind:
-        return [(resources.JOBSETS, BY_NAME), (resources.PLUGINS_PODGROUPS, BY_NAME),
+        return [(resources.JOBSETS, BY_NAME), (resources.HPAS, BY_NAME), (resources.PLUGINS_PODGROUPS, BY_NAME),
                 (resources.VOLCANO_PODGROUPS, BY_NAME), (resources.SECRETS, trainer_podsets.MPI_SECRET_SUFFIX),
                 *((resources.CONFIGMAPS, suffix) for suffix in TRAINJOB_NAMED[1:])]
     if kind == resources.TRAININGJOBS.kind:

@@ -29,8 +29,10 @@ not yet succeeded (at most ``parallelism`` at once), named ``<job>-<index>-<rand
 ``<job>-<index>`` and the ``JOB_COMPLETION_INDEX`` env (a fieldRef to that label) in every
 container; the indexes that succeeded in ``completedIndexes`` (``0-2,4``); the Job complete when
 every index succeeded; a failed index made again (the Job's backoffLimit counts every failure);
-pods of a succeeded or duplicated index deleted. Pod failure policies, success policies and
-per-index backoff limits are not implemented.
+pods of a succeeded or duplicated index deleted; an elastic Indexed Job (``parallelism`` and
+``completions`` changed together) scales as kube-controller-manager's: new indexes get pods, the
+pods of indexes past the new ``completions`` are deleted, the others keep running. Pod failure
+policies, success policies and per-index backoff limits are not implemented.
 
 Cheap by design: pods are indexed by their Job's uid as they come, a sync reads only its
 Job's pods, and pod events reach a Job at most once per ``BATCH`` seconds.

@@ -33,6 +33,20 @@ DIFFERENT_ON_PURPOSE: dict[tuple[str, str], str] = {
 }
 """Nodes that differ from upstream's beyond being free-form, and why (docs/trainer-v2.md, API and admission)."""
 
+KTO_EXTENSION = {
+    "trainjobs": {".status.numNodes", ".status.selector"},
+    "trainingruntimes": {".spec.mlPolicy.torch.elasticPolicy"},
+    "clustertrainingruntimes": {".spec.mlPolicy.torch.elasticPolicy"},
+}
+"""The fields of kto's elastic TrainJob (docs/trainer-v2.md, Elastic TrainJob): upstream has none of these
+nodes nor anything below them."""
+DIFFERENT_ON_PURPOSE[("trainjobs", ".spec.trainer")] = (
+    "kto's extension: numNodes may change (the elastic TrainJob's scale subresource), the rest stays immutable")
+
+
+def extension(plural: str, path: str) -> bool:
+    return any(path == e or path.startswith(e + ".") or path.startswith(e + "[") for e in KTO_EXTENSION[plural])
+
 _COMPARED = ("type", "format", "default", "enum", "maxItems", "minItems", "maxLength", "minLength", "minimum",
              "maximum", "pattern", "minProperties", "anyOf", "x-kubernetes-int-or-string", "x-kubernetes-list-type",
              "x-kubernetes-list-map-keys", "x-kubernetes-map-type")
@@ -76,8 +90,11 @@ def test_names_scope_printer_columns_and_subresources_are_upstreams(cls: Any) ->
     assert ours["metadata"]["name"] == theirs["metadata"]["name"]
     for key in ("group", "names", "scope"):
         assert ours["spec"][key] == theirs["spec"][key]
-    for key in ("name", "served", "storage", "additionalPrinterColumns", "subresources"):
+    for key in ("name", "served", "storage", "additionalPrinterColumns"):
         assert version(ours).get(key) == version(theirs).get(key), key
+    scale = {"scale": trainer.SCALE} if cls is trainer.TrainJob else {}
+    assert version(ours).get("subresources") == (
+        {**version(theirs)["subresources"], **scale} if "subresources" in version(theirs) else None)
 
 
 @pytest.mark.parametrize("cls", KINDS)
@@ -90,9 +107,11 @@ def test_every_field_path_type_default_enum_limit_and_cel_message_is_upstreams(c
         path: (theirs.get(path), ours.get(path))
         for path in sorted({*ours, *theirs} - set(below_free))
         if theirs.get(path) != ours.get(path) and (cls.PLURAL, path) not in DIFFERENT_ON_PURPOSE
+        and not (extension(cls.PLURAL, path) and path not in theirs)
     }
     assert differences == {}
-    kept_any = {path for path, node in flatten_free(crds.trainer_crd(cls)).items() if node}
+    kept_any = {path for path, node in flatten_free(crds.trainer_crd(cls)).items()
+                if node and not extension(cls.PLURAL, path)}
     assert kept_any == free
 
 
@@ -130,7 +149,7 @@ def test_every_field_has_upstreams_description_and_no_other(cls: Any) -> None:
     theirs = descriptions(version(upstream_crd(cls))["schema"]["openAPIV3Schema"])
     shared = ours.keys() & theirs.keys()
     assert {path: (theirs[path], ours[path]) for path in shared if ours[path] != theirs[path]} == {}
-    assert sorted(ours.keys() - theirs.keys()) == []
+    assert sorted(path for path in ours.keys() - theirs.keys() if not extension(cls.PLURAL, path)) == []
     free = FREE_FORM[cls.PLURAL]
     assert [path for path in sorted(theirs.keys() - ours.keys())
             if not any(path.startswith(f) and path != f for f in free)] == []

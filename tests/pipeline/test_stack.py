@@ -18,7 +18,9 @@ from kto import stack
 from kto.commands import up
 from realparts import ports
 from supervising import processes
+from tests.fixtures import tiers
 from tests.pipeline.test_metrics import scrape
+from tests.realparts.test_jobset import DEPENDS_ON
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KUBECTL = REPO / ".venv" / "bin" / "kubectl"
@@ -184,6 +186,58 @@ def test_the_sims_get_the_latency_as_a_fault_spec(api_latency_ms: float, faults:
 def test_a_real_control_plane_takes_latency_and_faults_through_its_proxy() -> None:
     settings = stack.StackSettings(control_plane="kube", api_latency_ms=20, faults="error_rate=0.1")
     assert settings.fault_spec == "latency=*:20ms;error_rate=0.1"  # no longer refused: a proxy adds it
+
+
+def test_the_upstream_jobset_controller_needs_the_real_control_plane() -> None:
+    with pytest.raises(stack.StackError, match="the upstream JobSet controller runs on a real control plane"):
+        stack.StackSettings(jobset_controller="upstream")
+    with pytest.raises(stack.StackError, match="JobSet controller 'volcano' is not one of kto, upstream"):
+        stack.StackSettings(control_plane="kube", jobset_controller="volcano")
+
+
+def test_kto_up_with_the_upstream_jobset_controller_leaves_jobsets_to_it(tmp_path: pathlib.Path) -> None:
+    """``kto up --control-plane kube --jobset-controller upstream``: the real JobSet controller runs a
+    JobSet to Completed, kto's services run with ``KTO_SERVE_JOBSETS=false``, and Ctrl-C stops it too."""
+    tiers.require_real_tier()
+    state = tmp_path / "state"
+    process = subprocess.Popen(_kto("up", "--state-dir", str(state), "--partitions", "4", "--control-plane", "kube",
+                                    "--jobset-controller", "upstream"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    watchdog = threading.Timer(300, process.terminate)  # a hung `kto up` must not hang the suite
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("ready kubeconfig="), (
+            first + (process.stderr.read() if process.poll() is not None and process.stderr else ""))
+        kubeconfig = state / "kubeconfig"
+        controller = [pid for pid in processes.descendants(process.pid)
+                      if pathlib.Path(f"/proc/{pid}/exe").resolve().name == "jobset-controller"]
+        assert len(controller) == 1
+        services = [pid for pid in processes.descendants(process.pid)
+                    if {b"reconciler", b"watcher"} & set(pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))]
+        assert len(services) == 2
+        for pid in services:
+            assert b"KTO_SERVE_JOBSETS=false" in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        applied = subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
+                                 input=DEPENDS_ON, capture_output=True, text=True, timeout=60)
+        assert applied.returncode == 0, applied.stderr
+        waited = _kubectl(kubeconfig, "wait", "--for=condition=Completed", "--timeout=120s", "jobset/depends")
+        assert waited.returncode == 0, waited.stderr
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=90)
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    assert process.returncode == 0
+    assert "stopped" in rest
+    assert processes.alive(set(controller)) == set()
 
 
 def test_settings_refuse_an_empty_pipeline() -> None:

@@ -233,3 +233,28 @@ async def test_a_failed_index_is_made_again_until_the_backoff_limit(sim_cluster:
     pods = job_pods(sim_cluster, "idx-flaky")
     assert [p["metadata"]["labels"][jobcontrolling.INDEX_KEY] for p in pods] == ["0", "0"]
     assert not sim_cluster.store.peek("jobs.batch", "default", "idx-flaky")["status"].get("completedIndexes")
+
+
+def index_pods(cluster: sim_cluster_module.Cluster, name: str) -> dict[int, str]:
+    """The live (not deleting) pods of an Indexed Job: index → uid."""
+    return {int(p["metadata"]["labels"][jobcontrolling.INDEX_KEY]): p["metadata"]["uid"]
+            for p in job_pods(cluster, name) if not p["metadata"].get("deletionTimestamp")}
+
+
+async def test_an_elastic_indexed_job_scales_up_with_new_indexes_and_down_from_the_highest(
+        sim_cluster: sim_cluster_module.Cluster) -> None:
+    """kube-controller-manager's elastic Indexed Job: parallelism = completions changed together adds the new
+    indexes' pods, or deletes the pods of the indexes past the new count; the others keep running."""
+    long_run = {"sim.kto.dev/duration": "600s"}
+    await sim_cluster.store.create("jobs.batch", job(
+        "elastic", long_run, completions=2, parallelism=2, completionMode="Indexed"), "default")
+    assert await until(lambda: len(index_pods(sim_cluster, "elastic")) == 2)
+    first = index_pods(sim_cluster, "elastic")
+    await sim_cluster.store.patch("jobs.batch", "default", "elastic", {"spec": {"parallelism": 3, "completions": 3}},
+                                  "merge", None)
+    assert await until(lambda: sorted(index_pods(sim_cluster, "elastic")) == [0, 1, 2])
+    assert {i: u for i, u in index_pods(sim_cluster, "elastic").items() if i < 2} == first
+    await sim_cluster.store.patch("jobs.batch", "default", "elastic", {"spec": {"parallelism": 2, "completions": 2}},
+                                  "merge", None)
+    assert await until(lambda: index_pods(sim_cluster, "elastic") == first)
+    assert "Failed" not in true_conditions(sim_cluster, "elastic")

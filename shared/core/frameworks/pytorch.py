@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.api import jobs
-from shared.core import computations, errors, naming, owners, settings
+from shared.core import autoscalers, computations, errors, naming, owners, settings
 from shared.core.frameworks import base
 
 MASTER = "Master"
@@ -115,19 +115,8 @@ def desired_hpa(job: jobs.Job) -> base.Manifest | None:
         return None
     if policy.max_replicas is None:
         raise errors.PlanError("spec.elasticPolicy.maxReplicas", "Required value")
-    spec: base.Manifest = {
-        "scaleTargetRef": {"kind": job.KIND, "name": job.name, "apiVersion": jobs.API_VERSION},
-    }
-    if policy.min_replicas is not None:
-        spec["minReplicas"] = policy.min_replicas
-    spec["maxReplicas"] = policy.max_replicas
-    spec["metrics"] = [base.deep(metric) for metric in policy.metrics]
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": owners.child_metadata(job, job.name),
-        "spec": spec,
-    }
+    return autoscalers.hpa(owners.child_metadata(job, job.name), jobs.API_VERSION, job.KIND, policy.min_replicas,
+                           policy.max_replicas, policy.metrics)
 
 
 _STATUS_RULES = computations.master_or_worker_rules(

@@ -9,12 +9,14 @@ the Events of its condition changes, the JobSet's deletion once its TTL ran out.
 Upstream's order of work: replicated job statuses from the Jobs; a finished JobSet deletes
 its active Jobs and waits for its TTL; Jobs of an earlier restart attempt are deleted; a
 failed Job runs the failure policy (restart everything, up to ``maxRestarts``, or fail); a
-succeeded one the success policy; then the headless Service, the Jobs of each replicated
-job whose dependencies reached their state (InOrder: one replicated job at a time),
-suspension or resumption. Level-triggered, no clock read inside.
+succeeded one the success policy; then the headless Service, active Jobs scaled in place to
+their replicated job's ``parallelism`` and ``completions`` (the ElasticJobSet feature gate's
+``syncJobScaling``, always on in kto: kto's elastic TrainJob scales this way), the Jobs of
+each replicated job whose dependencies reached their state (InOrder: one replicated job at a
+time), suspension or resumption. Level-triggered, no clock read inside.
 
 Left out (feature gates off by default upstream): RestartJob actions, InPlaceRestart,
-ElasticJobSet scaling, volume claim policies.
+volume claim policies.
 """
 
 from __future__ import annotations
@@ -236,6 +238,28 @@ def _success_policy(jobset: jobsets.JobSet, owned: Owned, changes: conditions.Ch
     return False
 
 
+def _sync_scaling(decision: effects.Effects, jobset: jobsets.JobSet, owned: Owned) -> None:
+    """``syncJobScaling`` (ElasticJobSet): an active Job whose ``parallelism`` or ``completions``
+    differ from its replicated job's gets them, when the two are equal there (an elastic Indexed
+    Job: the Job controller adds the new indexes' pods, or deletes the highest indexes'). Suspended
+    Jobs, and all Jobs of a suspended JobSet, wait: the same pass suspends or resumes them, one
+    write per Job (they scale in the pass after their resume)."""
+    if jobset.suspended:
+        return
+    wanted = {r.name: (r.template.get("spec") or {}) for r in jobset.replicated_jobs}
+    for job in owned.active:
+        if _suspended(job):
+            continue
+        want = wanted.get(objects.labels_of(job).get(jobsets.REPLICATED_JOB_LABEL, ""))
+        if want is None or want.get("parallelism") != want.get("completions"):
+            continue
+        spec = job.get("spec") or {}
+        if (spec.get("parallelism"), spec.get("completions")) != (want.get("parallelism"), want.get("completions")):
+            decision.update({**job, "spec": {**spec, "parallelism": want.get("parallelism"),
+                                             "completions": want.get("completions")}},
+                            f"scaled to {want.get('parallelism')} pods (ElasticJobSet)")
+
+
 def _create_jobs(decision: effects.Effects, jobset: jobsets.JobSet, owned: Owned,
                  statuses: list[jobsets.ReplicatedJobStatus], changes: conditions.Changes) -> None:
     """``reconcileReplicatedJobs``."""
@@ -353,6 +377,7 @@ def _reconcile(decision: effects.Effects, jobset: jobsets.JobSet, owned: Owned,
         return
     if jobset.dns_hostnames and owned.service is None:
         decision.create(planning.desired_service(jobset), "headless Service of the subdomain")
+    _sync_scaling(decision, jobset, owned)
     _create_jobs(decision, jobset, owned, statuses, changes)
     if jobset.suspended:
         for job in owned.active:

@@ -44,6 +44,7 @@ from shared.core.trainer import planning, podsets, sshkeys, statuses, validating
 
 Manifest = dict[str, Any]
 
+HPA_KIND = "HorizontalPodAutoscaler"
 
 
 RETRY_AFTER = 30.0
@@ -62,6 +63,7 @@ class Observed:
     hostfile: Manifest | None = None
     snapshot: Manifest | None = None
     runtime: Manifest | None = None
+    hpa: Manifest | None = None
 
 
 def observe(job: Mapping[str, Any], children: Sequence[Manifest]) -> Observed:
@@ -70,7 +72,7 @@ def observe(job: Mapping[str, Any], children: Sequence[Manifest]) -> Observed:
     wanted = {
         (podsets.JOBSET_KIND, name): "jobset", ("PodGroup", name): "pod_group",
         ("Secret", planning.secret_name(job)): "secret", ("ConfigMap", planning.hostfile_name(job)): "hostfile",
-        ("ConfigMap", planning.snapshot_name(job)): "snapshot",
+        ("ConfigMap", planning.snapshot_name(job)): "snapshot", (HPA_KIND, name): "hpa",
     }
     found = Observed()
     for child in children:
@@ -192,12 +194,15 @@ def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: 
 
 
 def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
-                      new_ssh_key: Callable[[], sshkeys.KeyPair]) -> None:
+                      new_ssh_key: Callable[[], sshkeys.KeyPair]) -> planning.Plan:
     """The runtime's objects, made or brought to the plan (:class:`Stop` when they cannot be)."""
     runtime, unsnapped = runtime_of(job, found)
     judge(job, runtime)
     try:
         plan = planning.build(job, runtime)
+    except validating.OutOfRange as exc:
+        # kto's elastic TrainJob: a scale past the runtime's bounds leaves a running JobSet as it is.
+        raise Stop(str(exc), found.jobset is None) from None
     except errors.PlanError as exc:
         raise Stop(str(exc), True) from None
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
@@ -212,10 +217,29 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
     if plan.pod_group is not None:
         _create_or_sync(decision, job, found.pod_group, plan.pod_group, suspended, "spec")
     jobset_suspended = bool(objects.spec_of(found.jobset or {}).get("suspend"))
+    if plan.hpa is not None:
+        _create_or_sync(decision, job, found.hpa, plan.hpa, True, "spec")
+    elif found.hpa is not None and _ours(job, found.hpa) and not objects.is_deleting(found.hpa):
+        # Suspended (or its metrics gone): the HPA would scale a job that does not run, as PyTorchJob's.
+        decision.delete(found.hpa, "suspend" if suspended else "no-metrics", "no HPA in the plan")
+    if plan.elastic and not (suspended or jobset_suspended):
+        _scale(decision, job, found.jobset, plan.jobset)
     # A TrainJob whose suspend is taken away (not set false) resumes too: its JobSet spec leaves
     # suspend out, as upstream's apply drops the field it owned.
     _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec",
                     differs=jobset_suspended != suspended)
+    return plan
+
+
+def _scale(decision: effects.Effects, job: Manifest, current: Manifest | None, desired: Manifest) -> None:
+    """kto's elastic TrainJob: a running JobSet of this job whose node count is not the plan's gets the
+    plan's ``parallelism`` and ``completions`` (JobSet's ElasticJobSet scales the Indexed Jobs in place);
+    a finished JobSet is left alone (JobSet's webhook refuses the change)."""
+    if current is None or not _ours(job, current) or statuses.jobset_finished(current):
+        return
+    updated = planning.scaled(current, desired)
+    if updated is not None:
+        decision.update(updated, "numNodes changed: the elastic node job scaled in place")
 
 
 def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
@@ -238,7 +262,9 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
         status.fail(statuses.RUNTIME_NOT_SUPPORTED_REASON, f"unsupported runtime: {group_kind}", now)
     elif not status.finished:
         try:
-            reconcile_objects(decision, job, found, new_ssh_key)
+            plan = reconcile_objects(decision, job, found, new_ssh_key)
+            if plan.elastic:
+                statuses.set_scale(status, objects.name_of(job), found.jobset)
         except Stop as stop:
             decision.creates, decision.updates = [], []
             decision.stop(_subject(job), stop.message, events.trainjob_creation_failed(stop.message))

@@ -124,7 +124,7 @@ class TrainJobs(outcomes.WrittenByReconciler):
         keys = sshkeys.KeyPair(stand_in_key.encode(), stand_in_key.encode())
         if plan.mpi:
             outcome.children.append(planning.ssh_secret(job, keys))
-        outcome.children.extend(o for o in (plan.hostfile, plan.pod_group, plan.jobset) if o is not None)
+        outcome.children.extend(o for o in (plan.hostfile, plan.pod_group, plan.hpa, plan.jobset) if o is not None)
         return outcome
 
     def unbound(self, children: Sequence[Manifest], now: dt.datetime) -> tuple[list[plans.Unbound], list[str]]:

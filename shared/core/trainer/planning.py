@@ -40,8 +40,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from shared.api import objects
-from shared.core import errors, podgroups
-from shared.core.trainer import patching, podsets, policies, scheduling, sshkeys
+from shared.core import autoscalers, errors, podgroups
+from shared.core.trainer import patching, podsets, policies, scheduling, sshkeys, validating
 
 Manifest = dict[str, Any]
 
@@ -55,6 +55,11 @@ class Plan:
     hostfile: Manifest | None = None
     mpi: bool = False
     """Whether the MPI SSH Secret ``<job>-mpi-ssh-auth`` belongs to the plan (:func:`ssh_secret`)."""
+    elastic: bool = False
+    """Whether the runtime's torch policy is elastic (kto's extension): a running JobSet follows
+    ``numNodes`` in place (:func:`scaled`)."""
+    hpa: Manifest | None = None
+    """The HorizontalPodAutoscaler ``<job>`` of an elastic policy with metrics (kto's extension)."""
 
 
 # --- the TrainJob and its runtime, read ---------------------------------------------
@@ -322,7 +327,43 @@ def build(job: Manifest, runtime: Mapping[str, Any]) -> Plan:
     if (info.ml_policy or {}).get("mpi") is not None:
         plan.mpi = True
         plan.hostfile = policies.hostfile(info)
+    elastic = policies.elastic_policy(info.ml_policy)
+    if elastic is not None:
+        plan.elastic = True
+        plan.hpa = _hpa(job, elastic)
     return plan
+
+
+def _hpa(job: Mapping[str, Any], policy: Mapping[str, Any]) -> Manifest | None:
+    """The elastic TrainJob's HPA when the policy gives metrics: it scales the TrainJob (its scale
+    subresource sets ``spec.trainer.numNodes``) between minNodes and maxNodes, as PyTorchJob's HPA
+    scales that job; none while the job is suspended."""
+    metrics = policy.get("metrics")
+    if not metrics or objects.spec_of(job).get("suspend"):
+        return None
+    low, high = validating.bounds(policy)
+    return autoscalers.hpa(_metadata(job, objects.name_of(job)), podsets.API_VERSION, podsets.KIND, low, high,
+                           [m for m in metrics if isinstance(m, Mapping)])
+
+
+def scaled(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Manifest | None:
+    """The running JobSet ``current`` with each replicated Job's ``parallelism`` and ``completions``
+    as ``desired`` has them (JobSet's ElasticJobSet scales its Indexed Jobs in place: the nodes that
+    stay keep running), or None when they already are. Nothing else of a running JobSet changes."""
+    wanted = {str(r.get("name")): _dict(_dict(r.get("template")).get("spec"))
+              for r in _dict(desired.get("spec")).get("replicatedJobs") or [] if isinstance(r, dict)}
+    spec = copy.deepcopy(_dict(current.get("spec")))
+    changed = False
+    for rjob in spec.get("replicatedJobs") or []:
+        want = wanted.get(str((rjob or {}).get("name")))
+        job_spec = _dict(_dict((rjob or {}).get("template")).get("spec"))
+        if want is None or not job_spec:
+            continue
+        for field in ("parallelism", "completions"):
+            if field in want and job_spec.get(field) != want[field]:
+                job_spec[field] = want[field]
+                changed = True
+    return {**current, "spec": spec} if changed else None
 
 
 def ssh_secret(job: Mapping[str, Any], keys: sshkeys.KeyPair) -> Manifest:

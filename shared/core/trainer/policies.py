@@ -20,7 +20,7 @@ from typing import Any
 
 from shared.api import objects
 from shared.core import errors
-from shared.core.trainer import podsets
+from shared.core.trainer import podsets, validating
 
 Manifest = dict[str, Any]
 
@@ -32,6 +32,13 @@ TORCH_MASTER_PORT = "PET_MASTER_PORT"
 TORCH_RESERVED = frozenset({TORCH_NUM_NODES, TORCH_NPROC_PER_NODE, TORCH_NODE_RANK, TORCH_MASTER_ADDR,
                             TORCH_MASTER_PORT})
 TORCHTUNE_ENTRYPOINT = ["tune", "run"]
+TORCH_RDZV_BACKEND = "PET_RDZV_BACKEND"
+TORCH_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
+TORCH_RDZV_ID = "PET_RDZV_ID"
+TORCH_MAX_RESTARTS = "PET_MAX_RESTARTS"
+ELASTIC_RDZV_BACKEND = "c10d"
+"""The rendezvous of kto's elastic TrainJob: c10d is the one backend that admits and loses members
+without a store outside the job (KEP-2903); node 0 hosts it."""
 
 OPENMPI = "OpenMPI"
 MPI_DEFAULTS: Mapping[str, Any] = {"numProcPerNode": 1, "mpiImplementation": OPENMPI,
@@ -79,10 +86,33 @@ def _with_trainer_env(info: podsets.Info) -> Manifest | None:
     return container
 
 
+def elastic_policy(ml_policy: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``mlPolicy.torch.elasticPolicy`` of a runtime (kto's elastic TrainJob), or None."""
+    torch_policy = (ml_policy or {}).get("torch")
+    found = torch_policy.get("elasticPolicy") if isinstance(torch_policy, Mapping) else None
+    return found if isinstance(found, Mapping) else None
+
+
+def _elastic_env(info: podsets.Info, policy: Mapping[str, Any], num_nodes: int) -> list[Manifest]:
+    """kto's elastic TrainJob: torchrun's ``--nnodes=minNodes:maxNodes`` and its c10d rendezvous on node 0
+    (id: the TrainJob's uid), ``--max-restarts`` when the policy gives it (:mod:`validating` checks the
+    bounds and ``num_nodes`` against them)."""
+    low, high = validating.check_nodes(policy, num_nodes)
+    env = [podsets.value_env(TORCH_NUM_NODES, f"{low}:{high}"),
+           podsets.value_env(TORCH_RDZV_BACKEND, ELASTIC_RDZV_BACKEND),
+           podsets.value_env(TORCH_RDZV_ENDPOINT, f"{_first_address(info)}:{podsets.CONTAINER_TRAINER_PORT}"),
+           podsets.value_env(TORCH_RDZV_ID, objects.uid_of(info.job) or info.name)]
+    if policy.get("maxRestarts") is not None:
+        env.append(podsets.value_env(TORCH_MAX_RESTARTS, str(policy["maxRestarts"])))
+    return env
+
+
 def torch(info: podsets.Info, policy: Mapping[str, Any]) -> None:
     """torchrun's ``PET_*`` env (``PET_NPROC_PER_NODE``: ``trainer.numProcPerNode``, else
     ``auto`` with GPUs and the CPU count without), the rendezvous port, and the env of
-    ``envInjection`` targets; torchtune's command (``tune run``) is completed as upstream."""
+    ``envInjection`` targets; torchtune's command (``tune run``) is completed as upstream.
+    With kto's ``elasticPolicy``, ``PET_NNODES`` is ``minNodes:maxNodes`` and the c10d
+    rendezvous env joins it (:func:`_elastic_env`)."""
     num_nodes = _trainer_count(info)
     trainer = info.trainer or {}
     resources = info.resources_per_node()
@@ -93,6 +123,9 @@ def torch(info: podsets.Info, policy: Mapping[str, Any]) -> None:
     container = _with_trainer_env(info)
     pet = [podsets.value_env(TORCH_NUM_NODES, str(num_nodes)), podsets.value_env(TORCH_NPROC_PER_NODE, nproc),
            podsets.index_env(TORCH_NODE_RANK)]
+    elastic = elastic_policy(info.ml_policy)
+    if elastic is not None:
+        pet = [*_elastic_env(info, elastic, num_nodes), *pet[1:]]
     master = [podsets.value_env(TORCH_MASTER_ADDR, _first_address(info)),
               podsets.value_env(TORCH_MASTER_PORT, str(podsets.CONTAINER_TRAINER_PORT))]
     if container is not None:

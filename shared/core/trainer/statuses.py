@@ -29,7 +29,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from shared.api import common, objects, trainer
+from shared.api import common, jobsets, objects, trainer
 from shared.core.events import Event
 
 Manifest = dict[str, Any]
@@ -150,6 +150,25 @@ def from_jobset(status: Status, jobset: Mapping[str, Any] | None, now: dt.dateti
         status.value["jobsStatus"] = jobs
     else:
         status.value.pop("jobsStatus", None)
+
+
+def jobset_finished(jobset: Mapping[str, Any]) -> bool:
+    """Whether the JobSet is Completed or Failed."""
+    raw = jobset.get("status")
+    return any(isinstance(c, dict) and c.get("status") == "True" and c.get("type") in (JOBSET_COMPLETED, JOBSET_FAILED)
+               for c in (raw if isinstance(raw, dict) else {}).get("conditions") or [])
+
+
+def set_scale(status: Status, name: str, jobset: Mapping[str, Any] | None) -> None:
+    """kto's elastic TrainJob: the scale subresource's status, ``numNodes`` (the node count of the JobSet's
+    ``node`` job, which the reconciler brings to ``spec.trainer.numNodes``) and ``selector`` (its pods)."""
+    status.value["selector"] = f"{jobsets.JOBSET_NAME_LABEL}={name},{jobsets.REPLICATED_JOB_LABEL}={trainer.NODE}"
+    for rjob in objects.spec_of(jobset or {}).get("replicatedJobs") or []:
+        if isinstance(rjob, dict) and rjob.get("name") == trainer.NODE:
+            parallelism = ((rjob.get("template") or {}).get("spec") or {}).get("parallelism")
+            status.value["numNodes"] = int(parallelism if isinstance(parallelism, int) else 1)
+            return
+    status.value.pop("numNodes", None)
 
 
 def deadline(job: Mapping[str, Any], status: Status, now: dt.datetime) -> dt.datetime | None:

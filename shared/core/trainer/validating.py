@@ -19,7 +19,15 @@ Three parts, as upstream splits them:
   order; kto's order is fixed: the ML policy's, then jobset's.
 
 The trainjob family's decide calls :func:`check_against_runtime` too (``Failed`` for a job that got past
-admission: applied before the webhook, or its runtime deleted since). Pure: no I/O, no clock.
+admission: applied before the webhook, or its runtime deleted since).
+
+kto's elastic TrainJob (``mlPolicy.torch.elasticPolicy``, kto's extension after KEP-2903): its CRD rule
+(minNodes ≤ maxNodes) among the runtime's CEL rules, ``trainer`` immutable but for ``numNodes``, and
+:func:`check_elastic`, which the TrainJob's webhook runs beside upstream's checks: ``numNodes`` within
+the runtime's ``[minNodes, maxNodes]``. Planning checks the same through :func:`bounds` and
+:func:`check_nodes` (:class:`OutOfRange`): a scale through the scale subresource passes no webhook, and
+refusing it must not fail a running job (the decide leaves its JobSet as it is and says why).
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -29,8 +37,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from collections.abc import Mapping
+
 from shared.api import jobs, trainer
 from shared.core import admitting, reports
+from shared.core import errors as core_errors
 from shared.core.reports import FieldError, Report
 
 Runtime = trainer.TrainingRuntime | trainer.ClusterTrainingRuntime
@@ -132,20 +143,31 @@ def _trainjob_cel(job: trainer.TrainJob, old: trainer.TrainJob | None) -> list[F
 
 
 def _immutable_errors(job: trainer.TrainJob, old: trainer.TrainJob) -> list[FieldError]:
-    """``self == oldSelf`` on the fields set in both versions (CEL transition rules only run then)."""
-    errors: list[FieldError] = []
+    """``self == oldSelf`` on the fields set in both versions (CEL transition rules only run then);
+    ``trainer`` but for its ``numNodes`` (kto's elastic TrainJob: the scale subresource writes it)."""
+    found: list[FieldError] = []
     for name, alias in (("runtime_ref", "runtimeRef"), ("initializer", "initializer"), ("trainer", "trainer"),
                         ("active_deadline_seconds", "activeDeadlineSeconds"), ("managed_by", "managedBy")):
         before, after = getattr(old.spec, name), getattr(job.spec, name)
         if before is None or after is None:
             continue
-        if _wire(before) != _wire(after):
-            errors.append(_cel(f"spec.{alias}", after if isinstance(after, (int, str)) else None, "field is immutable"))
-    return errors
+        if name == "trainer":
+            if _wire(before, "numNodes") != _wire(after, "numNodes"):
+                found.append(_cel("spec.trainer", None, TRAINER_IMMUTABLE))
+        elif _wire(before) != _wire(after):
+            found.append(_cel(f"spec.{alias}", after if isinstance(after, (int, str)) else None, "field is immutable"))
+    return found
 
 
-def _wire(value: Any) -> Any:
-    return value.model_dump(by_alias=True, exclude_none=True, mode="json") if hasattr(value, "model_dump") else value
+TRAINER_IMMUTABLE = "field is immutable except numNodes"
+"""The message of kto's rule on ``trainer`` (shared/api/trainer.py)."""
+
+
+def _wire(value: Any, *but: str) -> Any:
+    if not hasattr(value, "model_dump"):
+        return value
+    dumped = value.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return {k: v for k, v in dumped.items() if k not in but}
 
 
 def _runtime_cel(runtime: Runtime) -> list[FieldError]:
@@ -162,6 +184,9 @@ def _runtime_cel(runtime: Runtime) -> list[FieldError]:
                         f"spec.mlPolicy.torch.envInjection.targets[{index}].containerNames", None,
                         "containerNames must not include the main node container because PET_* envs are always "
                         "injected into it"))
+        elastic = torch.elastic_policy if torch is not None else None
+        if elastic is not None and elastic.min_nodes > elastic.max_nodes:
+            errors.append(_cel("spec.mlPolicy.torch.elasticPolicy", None, ELASTIC_RANGE_RULE))
         flux = policy.flux
         if flux is not None and flux.num_proc_per_node is not None and flux.num_proc_per_node < 1:
             errors.append(_cel("spec.mlPolicy.flux.numProcPerNode", flux.num_proc_per_node,
@@ -530,6 +555,78 @@ def runtime_read(job: trainer.TrainJob) -> tuple[str, str | None, str]:
 
 
 # ---------------------------------------------------------------------------
+# kto's elastic TrainJob (mlPolicy.torch.elasticPolicy)
+# ---------------------------------------------------------------------------
+
+POLICY_PATH = "spec.mlPolicy.torch.elasticPolicy"
+NUM_NODES_PATH = "spec.trainer.numNodes"
+ELASTIC_RANGE_RULE = "minNodes must be less than or equal to maxNodes"
+"""The message of the elastic policy's CRD rule (shared/api/trainer.py)."""
+
+
+class OutOfRange(core_errors.PlanError):
+    """The TrainJob's node count lies outside its runtime's elastic bounds. Before the JobSet exists
+    the job cannot start (it fails, as any plan its input stops); on a running job it is a scale
+    kto refuses: the JobSet keeps its size and a Warning Event says why."""
+
+
+def _count(policy: Mapping[str, Any], field: str) -> int:
+    value = policy.get(field)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise core_errors.PlanError(f"{POLICY_PATH}.{field}", "Required value: an integer")
+    return value
+
+
+def bounds(policy: Mapping[str, Any]) -> tuple[int, int]:
+    """(minNodes, maxNodes) of an elastic policy as stored; :class:`PlanError` when they are not a range."""
+    low, high = _count(policy, "minNodes"), _count(policy, "maxNodes")
+    if low < 1:
+        raise core_errors.PlanError(f"{POLICY_PATH}.minNodes", f"Invalid value: {low}: minNodes must be at least 1")
+    if high < low:
+        raise core_errors.PlanError(f"{POLICY_PATH}.maxNodes", f"Invalid value: {high}: maxNodes must be greater "
+                                                               f"than or equal to minNodes ({low})")
+    return low, high
+
+
+def _range_detail(low: int, high: int) -> str:
+    return f"numNodes must be between the runtime's elasticPolicy minNodes ({low}) and maxNodes ({high})"
+
+
+def check_nodes(policy: Mapping[str, Any], num_nodes: int) -> tuple[int, int]:
+    """The policy's bounds once ``num_nodes`` is known to lie within them (:class:`OutOfRange` if not)."""
+    low, high = bounds(policy)
+    if not low <= num_nodes <= high:
+        raise OutOfRange(NUM_NODES_PATH, f"Invalid value: {num_nodes}: {_range_detail(low, high)}")
+    return low, high
+
+
+def _num_nodes(job: trainer.TrainJob | None) -> int | None:
+    return job.spec.trainer.num_nodes if job is not None and job.spec.trainer is not None else None
+
+
+def check_elastic(job: trainer.TrainJob, runtime: Runtime, old: trainer.TrainJob | None = None) -> Report:
+    """kto's TrainJob webhook on an elastic runtime: the job's node count (``trainer.numNodes``, else the
+    runtime's ``mlPolicy.numNodes``) within ``[minNodes, maxNodes]``. On a runtime that is not elastic a
+    change of ``numNodes`` is refused with upstream's words (upstream's whole ``trainer`` is immutable;
+    the CRD lets ``numNodes`` through for the elastic TrainJob's scale subresource)."""
+    policy = runtime.spec.ml_policy
+    elastic = policy.torch.elastic_policy if policy is not None and policy.torch is not None else None
+    if elastic is None:
+        before, after = _num_nodes(old), _num_nodes(job)
+        if old is not None and old.spec.trainer is not None and after is not None and before != after:
+            return Report([_cel("spec.trainer", None, "field is immutable")])
+        return Report()
+    if elastic.min_nodes > elastic.max_nodes:
+        return Report()
+    given = job.spec.trainer.num_nodes if job.spec.trainer is not None else None
+    num_nodes = given if given is not None else (policy.num_nodes if policy is not None else None) or 1
+    if elastic.min_nodes <= num_nodes <= elastic.max_nodes:
+        return Report()
+    return Report([FieldError(NUM_NODES_PATH, "Invalid", _range_detail(elastic.min_nodes, elastic.max_nodes),
+                              str(num_nodes))])
+
+
+# ---------------------------------------------------------------------------
 # Admission targets
 # ---------------------------------------------------------------------------
 
@@ -546,7 +643,9 @@ def _against(job: trainer.TrainJob, old: trainer.TrainJob | None, found: dict[st
         runtime = trainer.load_runtime(found)
     except jobs.LoadError as exc:
         return check_against_runtime(job, Unread(f"the runtime does not load: {exc}"), old)
-    return check_against_runtime(job, runtime, old)
+    report = check_against_runtime(job, runtime, old)
+    report.errors += check_elastic(job, runtime, old).errors
+    return report
 
 
 def _check_trainjob(job: trainer.TrainJob, old: trainer.TrainJob | None) -> Report:

@@ -77,6 +77,8 @@ def test_a_trainjobs_jobset_is_a_job_of_its_own_and_reaches_its_trainjob_too() -
     jobset = _obj("JobSet", "t", "jobset.x-k8s.io/v1alpha2", owners=[_owner("TrainJob", "t", TRAINER)])
     assert str(mapping.job_key("c1", jobset)) == "c1/ns1/JobSet/t"
     assert str(mapping.owner_key("c1", jobset)) == "c1/ns1/TrainJob/t"
+
+
 JOBSET = "jobset.x-k8s.io/v1alpha2"
 
 
