@@ -262,7 +262,7 @@ class JobSet(common.Model):
 
     @property
     def namespace(self) -> str:
-        return self.metadata.namespace or ""
+        return self.metadata.namespace or "default"
 
     @property
     def uid(self) -> str:

@@ -11,8 +11,10 @@ import json
 from typing import Any
 
 from shared.api import jobsets
+from shared.core import settings as operator_settings
 from shared.kube import resources
 from tests.fixtures.pipeline import Pipeline
+from tests.pipeline.test_pipeline import job as v1_job
 from tests.pipeline.test_replay import kto
 from tests.sdk.conftest import label_nodes
 
@@ -77,3 +79,35 @@ async def test_a_jobset_with_depends_on_runs_to_completed(pipeline: Pipeline) ->
     reports = {r["key"]: r for r in json.loads(replay.stdout)["jobs"]}
     report = reports[pipeline.key("JobSet", "js")]
     assert report["ok"] and report["divergence"] is None and report["passes"] >= 3, report
+
+
+async def test_a_jobset_is_left_to_the_real_controller_when_kto_does_not_serve_jobsets(pipeline: Pipeline) -> None:
+    """``KTO_SERVE_JOBSETS=false``: nothing under a JobSet's key, no Job, no status; a JobSet whose
+    controller is a job (here a suspended PyTorchJob) is still published under that job's key."""
+    await pipeline.stop("watcher")
+    await pipeline.stop("reconciler")
+    pipeline.start_watcher(serve_jobsets=False)
+    pipeline.start_reconciler(operator=operator_settings.OperatorSettings(serve_jobsets=False))
+    trainer = await pipeline.submit(v1_job("PyTorchJob", "trainer", {"Master": (1, "OnFailure")}, "pytorch",
+                                           runPolicy={"suspend": True}))
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "trainer",
+             "uid": trainer["metadata"]["uid"], "controller": True}
+    for name, owners in (("theirs", []), ("owned", [owner])):
+        await pipeline.submit({"apiVersion": jobsets.API_VERSION, "kind": "JobSet",
+                               "metadata": {"name": name, "ownerReferences": owners},
+                               "spec": {"replicatedJobs": [replicated("a", 1, 1, [])]}})
+    found: dict[str, set[tuple[str, str]]] = {}
+
+    async def published() -> bool:
+        history = await kto(pipeline, "history", "--all", "-n", pipeline.namespace, "-o", "json")
+        rows = json.loads(history.stdout)["records"] if history.returncode == 0 else []
+        found["seen"] = {(row["key"], row["record"].get("object_kind", "")) for row in rows if "record" in row}
+        return (pipeline.key("PyTorchJob", "trainer"), "JobSet") in found["seen"]
+
+    try:
+        await pipeline.eventually(published, timeout=30)
+    except AssertionError:
+        raise AssertionError(sorted(found.get("seen", ()))) from None
+    assert not any("/JobSet/" in key for key, _ in found["seen"]), sorted(found["seen"])
+    jobs, _ = await pipeline.client.list(resources.BATCH_JOBS, pipeline.namespace)
+    assert jobs == [] and "status" not in await pipeline.job("JobSet", "theirs")
