@@ -34,17 +34,20 @@ the manifests come from the module the Go module proxy serves.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import pathlib
 import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import yaml
 
-from realparts import caching, certifying, kube, ports
+from realparts import caching, certifying, controllerruntime, kube, ports
 from shared import lifecycle
 from shared.kube import clients, resources
 from supervising import processes
@@ -64,8 +67,7 @@ BUILD_REVISION = 1
 """Bumped when the build recipe changes, so a cache made by an older recipe is not used."""
 
 CONTROLLER = "jobset"
-"""The JobSet controller's name in controller-runtime's log lines."""
-READY_LINE = "Starting workers"
+"""The JobSet controller's name in controller-runtime's log lines (its pod controller is ``pod``)."""
 START_TIMEOUT = 60.0
 """Seconds from the start to the JobSet controller running and its webhooks answering."""
 MUTATING = "jobset-mutating-webhook-configuration"
@@ -108,8 +110,6 @@ def webhook_configurations(build: pathlib.Path, url: str, ca: bytes) -> list[dic
     """The module's mutating and validating webhook configurations as its installation makes them:
     kustomize's ``jobset-`` names, the pod webhooks replaced by the patches' (with their object
     selector), each webhook calling ``url`` + its path with ``ca`` as the CA bundle."""
-    import base64
-
     manifests = {doc["kind"]: doc for doc in yaml.safe_load_all((build / WEBHOOK_DIR / "manifests.yaml").read_text())
                  if doc}
     patches = {"MutatingWebhookConfiguration": "mutating-patch.yaml",
@@ -195,7 +195,8 @@ class JobSetController(lifecycle.Started):
         self._process = process = processes.Process(BINARY, processes.Command(argv, log=self.log, env=env))
         kube.start(process)
         deadline = time.monotonic() + self._start_timeout
-        while not (workers_started(_text(self.log), CONTROLLER) and _ready(probe_port)):
+        while not (controllerruntime.workers_started(controllerruntime.log_text(self.log), CONTROLLER)
+                   and _ready(probe_port)):
             kube.check(process)
             if time.monotonic() > deadline:
                 raise caching.PartError(f"the JobSet controller did not start within {self._start_timeout:g}s; "
@@ -257,35 +258,10 @@ async def _established(client: clients.KubeClient, names: list[str], timeout: fl
             await asyncio.sleep(0.05)
 
 
-def workers_started(log: str, controller: str) -> bool:
-    """Whether controller-runtime's :data:`READY_LINE` of ``controller`` is in ``log`` (zap's
-    development format: the fields a JSON object after the message)."""
-    for line in log.splitlines():
-        if READY_LINE not in line or "{" not in line:
-            continue
-        try:
-            fields = json.loads(line[line.index("{"):])
-        except ValueError:
-            continue
-        if isinstance(fields, dict) and fields.get("controller") == controller:
-            return True
-    return False
-
-
 def _ready(port: int) -> bool:
     """The controller's ``/readyz``: true once its webhook server serves."""
-    import urllib.error
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def _text(path: pathlib.Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""

@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import fcntl
-import json
 import os
 import pathlib
 import shutil
@@ -51,7 +50,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from realparts import caching, kube, ports
+from realparts import caching, controllerruntime, kube, ports
 from shared import lifecycle
 from shared.kube import clients, resources
 from supervising import processes
@@ -72,11 +71,9 @@ CERT_LOCK = CERT_DIR.parent / "serving-certs.lock"
 CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
 """The Secret's keys the webhook server needs; the rotator writes them (and ``ca.key``) in one update."""
 JOB_CONTROLLER = "pytorchjob-controller"
-"""The controller of ``--enable-scheme=pytorchjob``: it runs the jobs."""
-READY_LINE = "Starting workers"
-"""What controller-runtime logs once a controller runs. The rotator's own controller
-(``cert-rotator``) logs it too, before the certificate is in place: only
-:data:`JOB_CONTROLLER`'s line means the operator runs jobs."""
+"""The controller of ``--enable-scheme=pytorchjob``: it runs the jobs. Its ``Starting workers`` line
+(:func:`realparts.controllerruntime.workers_started`) says the operator runs jobs; the rotator's own
+controller (``cert-rotator``) logs one too, before the certificate is in place."""
 START_TIMEOUT = 60.0
 """Seconds from the operator's start to its job controller running. It takes 0.6-2 s on a
 two-core machine, also with both cores busy: the rotator fills the Secret, looks for the
@@ -162,7 +159,7 @@ class TrainingOperator(lifecycle.Started):
         _note(self._lock, f"pid {os.getpid()}, training-operator pid {self.pid}")
         self._mirror = asyncio.create_task(_mirror_certificate(client), name="training-operator certificate mirror")
         deadline = time.monotonic() + self._start_timeout
-        while not workers_started(_text(self.log), JOB_CONTROLLER):
+        while not controllerruntime.workers_started(controllerruntime.log_text(self.log), JOB_CONTROLLER):
             kube.check(process)
             if self._mirror.done():  # it runs until cancelled: it failed
                 mirror, self._mirror = self._mirror, None
@@ -199,21 +196,6 @@ def _mirror_failed(error: BaseException | None) -> caching.PartError:
     failure = caching.PartError(f"mirroring the Secret {NAMESPACE}/{CERT_SECRET} into {CERT_DIR} failed: {error!r}")
     failure.__cause__ = error
     return failure
-
-
-def workers_started(log: str, controller: str) -> bool:
-    """Whether ``controller``'s :data:`READY_LINE` is in ``log``: the operator's zap
-    development format, one line per entry, its fields a JSON object after the message."""
-    for line in log.splitlines():
-        if READY_LINE not in line or "{" not in line:
-            continue
-        try:
-            fields = json.loads(line[line.index("{"):])
-        except ValueError:
-            continue
-        if isinstance(fields, dict) and fields.get("controller") == controller:
-            return True
-    return False
 
 
 async def _create(client: clients.KubeClient, rt: resources.ResourceType, namespace: str | None,
@@ -325,10 +307,3 @@ def project(directory: pathlib.Path, files: Mapping[str, bytes]) -> None:
             link.unlink()
     if previous is not None:
         shutil.rmtree(directory / previous, ignore_errors=True)
-
-
-def _text(path: pathlib.Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""

@@ -26,9 +26,11 @@ _EPILOG = """\
 State directory layout: DIR/kubeconfig (contexts kto-1 ... kto-N, current
 kto-1), DIR/logs/<process>.log, DIR/clusters/<context>/kubeconfig (each sim's
 own), DIR/webhook/ (the admission webhook's self-signed CA and certificate),
-DIR/prometheus.yml (with --metrics-port-base), DIR/up.lock (held while
-running). Stop with Ctrl-C or SIGTERM: watchers and workers stop first, then
-the clusters, then the broker.
+DIR/prometheus.yml (with --metrics-port-base), DIR/clusters/<context>/jobset/
+(with --jobset-controller upstream: the JobSet controller's configuration,
+certificates and log), DIR/up.lock (held while running). Stop with Ctrl-C
+or SIGTERM: watchers and workers stop first, then the clusters, then the
+broker.
 """
 
 

@@ -108,6 +108,7 @@ def snapshot(jobset: dict[str, Any], jobs: list[dict[str, Any]], services: list[
         "replicatedJobsStatus": sorted(status.get("replicatedJobsStatus") or [], key=lambda r: r["name"]),
         "restarts": status.get("restarts", 0), "restartsCountTowardsMax": status.get("restartsCountTowardsMax", 0),
         "terminalState": status.get("terminalState"),
+        # Not a Job being deleted: upstream deletes in the foreground, kto with the default propagation.
         "jobs": {j["metadata"]["name"]: {**_owned(j), "spec": j["spec"]} for j in jobs
                  if not j["metadata"].get("deletionTimestamp")},
         "services": {s["metadata"]["name"]: {**_owned(s), "spec": s["spec"]} for s in services},

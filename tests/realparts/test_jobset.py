@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from realparts import jobset
+from realparts import controllerruntime, jobset
 from shared.kube import clients, resources
 from tests.fixtures import sim as sim_fixtures
 from tests.fixtures import tiers
@@ -67,7 +67,7 @@ spec:
     pytest.param(JOBSET_LINE[:80], False, id="a-line-cut-short"),
 ])
 def test_the_controller_counts_as_started_once_its_jobset_controller_runs(log: str, started: bool) -> None:
-    assert jobset.workers_started(log, jobset.CONTROLLER) is started
+    assert controllerruntime.workers_started(log, jobset.CONTROLLER) is started
 
 
 def test_its_configuration_is_upstreams_with_kto_certificates_on_loopback(tmp_path: pathlib.Path) -> None:

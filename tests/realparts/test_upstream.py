@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from realparts import caching, upstream
+from realparts import caching, controllerruntime, upstream
 from shared.kube import clients, resources
 from tests.fixtures import tiers
 
@@ -37,7 +37,7 @@ WAITING_LINE = "2026-11-27T02:30:01Z\tINFO\tsetup\tWaiting for certificate gener
     pytest.param(JOB_LINE[:90], False, id="a-line-cut-short"),
 ])
 def test_the_operator_counts_as_started_only_once_its_job_controller_runs(log: str, started: bool) -> None:
-    assert upstream.workers_started(log, upstream.JOB_CONTROLLER) is started
+    assert controllerruntime.workers_started(log, upstream.JOB_CONTROLLER) is started
 
 
 def test_the_certificate_is_projected_as_the_kubelet_projects_a_secret(tmp_path: pathlib.Path) -> None:
@@ -95,7 +95,7 @@ async def test_the_operator_starts_its_job_controller_with_the_secret_mounted(
 ) -> None:
     log = tmp_path / "training-operator.log"
     async with upstream.TrainingOperator(real_cluster.kubeconfig, tiers.CONTEXT, log) as operator:
-        assert upstream.workers_started(log.read_text(), upstream.JOB_CONTROLLER)
+        assert controllerruntime.workers_started(log.read_text(), upstream.JOB_CONTROLLER)
         pid = operator.pid
         assert pid is not None and holds_the_lock(pid) and holds_the_lock(os.getpid())
         assert mounted() == await certificate_files(real_cluster)
@@ -127,7 +127,7 @@ async def test_two_operators_started_at_once_both_start_one_after_the_other(
         async with upstream.TrainingOperator(real_cluster.kubeconfig, tiers.CONTEXT, log,
                                              progress=said.append):
             began = time.monotonic()
-            assert upstream.workers_started(log.read_text(), upstream.JOB_CONTROLLER)
+            assert controllerruntime.workers_started(log.read_text(), upstream.JOB_CONTROLLER)
             assert mounted() == await certificate_files(real_cluster)
             await asyncio.sleep(1.0)
         spans[name] = (began, time.monotonic())
