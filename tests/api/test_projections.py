@@ -210,7 +210,8 @@ CASES = [pytest.param(job, scenario, id=f"{name}-{scenario}") for name, job in J
 
 def test_the_corpus_has_every_family() -> None:
     served = {type(families.REGISTRY.resolve(str(j["kind"]), j)) for _, j in JOBS}
-    assert len(served) == 3
+    # A TrainJob reads no pod (its JobSet's status says all), and every other kind is kept whole.
+    assert len(served) == len(families.REGISTRY.families) - 1
     assert len(JOBS) >= 10
 
 
