@@ -966,6 +966,12 @@ class TrainJobStatus(common.Model):
     selector: str | None = None
     """selector is the label selector of the training nodes' pods: the scale subresource's label selector.
     (kto's extension, not in Kubeflow Trainer v2.3.0.)"""
+    kto_conditions: list[Condition] | None = pydantic.Field(None, json_schema_extra=_map_list("type", 8))
+    """ktoConditions are what kto says of the TrainJob beyond upstream's conditions: ``Running`` (True while
+    every training node runs) and ``ResourcesCreated`` (False, reason TrainJobResourcesCreationFailed, with
+    the API server's error, while a child cannot be made). Kept out of ``conditions``, which stay upstream's:
+    the kubeflow SDK reads any condition there as "not running". (kto's extension, not in Kubeflow Trainer
+    v2.3.0.)"""
 
     def condition(self, condition_type: str) -> Condition | None:
         return next((c for c in self.conditions or [] if c.type == condition_type), None)

@@ -34,12 +34,12 @@ DIFFERENT_ON_PURPOSE: dict[tuple[str, str], str] = {
 """Nodes that differ from upstream's beyond being free-form, and why (docs/trainer-v2.md, API and admission)."""
 
 KTO_EXTENSION = {
-    "trainjobs": {".status.numNodes", ".status.selector"},
+    "trainjobs": {".status.numNodes", ".status.selector", ".status.ktoConditions"},
     "trainingruntimes": {".spec.mlPolicy.torch.elasticPolicy"},
     "clustertrainingruntimes": {".spec.mlPolicy.torch.elasticPolicy"},
 }
-"""The fields of kto's elastic TrainJob (docs/trainer-v2.md, Elastic TrainJob): upstream has none of these
-nodes nor anything below them."""
+"""kto's extensions (docs/trainer-v2.md): the elastic TrainJob's fields and ``status.ktoConditions``
+(Running, ResourcesCreated); upstream has none of these nodes nor anything below them."""
 DIFFERENT_ON_PURPOSE[("trainjobs", ".spec.trainer")] = (
     "kto's extension: numNodes may change (the elastic TrainJob's scale subresource), the rest stays immutable")
 

@@ -63,12 +63,26 @@ def conditions(job: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(c["type"], c["status"], c["reason"]) for c in (job.get("status") or {}).get("conditions") or []]
 
 
+def kto_running(job: dict[str, Any]) -> tuple[str, str] | None:
+    """kto's Running condition (``status.ktoConditions``): (status, reason), None when there is none."""
+    found = [c for c in (job.get("status") or {}).get("ktoConditions") or [] if c["type"] == "Running"]
+    return (found[0]["status"], found[0]["reason"]) if found else None
+
+
 async def test_upstreams_multi_node_example_completes_on_kto_jobsets(pipeline: Pipeline) -> None:
     await install(pipeline, _builtin("torch-distributed"))
     (example,) = _example("01-multi-node.yaml")
-    await pipeline.submit(quick(example))
+    await pipeline.submit(quick(example, **{"sim.kto.dev/duration": "4s"}))
     name = example["metadata"]["name"]
+
+    async def running() -> bool:
+        job = await pipeline.job("TrainJob", name)
+        assert not conditions(job), "upstream's conditions stay empty while it runs: the SDK reads pods"
+        return kto_running(job) == ("True", "TrainJobRunning")
+
+    await pipeline.eventually(running, timeout=60, what="kto's Running condition")
     done = await pipeline.wait_for("TrainJob", name, "Complete", timeout=90)
+    assert kto_running(done) == ("False", "TrainJobFinished")
     assert done["status"]["jobsStatus"] == [{"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0,
                                              "suspended": 0}], "one Job of numNodes pods"
     jobset = await pipeline.client.get(resources.JOBSETS, pipeline.namespace, name)

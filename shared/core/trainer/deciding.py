@@ -38,7 +38,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shared.api import jobs, objects, trainer
+from shared.api import jobs, jobsets, objects, trainer
 from shared.core import effects, errors, events, owners, reports
 from shared.core.trainer import planning, podsets, sshkeys, statuses, validating
 
@@ -47,6 +47,11 @@ Manifest = dict[str, Any]
 HPA_KIND = "HorizontalPodAutoscaler"
 
 
+INPUT_REFUSALS = frozenset({"Invalid", "BadRequest"})
+"""Reasons of an API server's refusal that are the job's or its runtime's fault (a name or a
+template it does not accept): such a job fails, as one refused at admission would have been;
+any other refusal (a quota, a forbidden create, …) is only ``ResourcesCreated`` False, and the
+job is looked at again."""
 RETRY_AFTER = 30.0
 """Seconds before a job whose objects could not be made because of its input is looked at again:
 runtimes are not watched, so a runtime created or fixed later is found by this look (upstream
@@ -261,6 +266,7 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
         group_kind = f"{kind}.{group}" if group else kind
         status.fail(statuses.RUNTIME_NOT_SUPPORTED_REASON, f"unsupported runtime: {group_kind}", now)
     elif not status.finished:
+        failure: str | None = None
         try:
             plan = reconcile_objects(decision, job, found, new_ssh_key)
             if plan.elastic:
@@ -268,13 +274,18 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
         except Stop as stop:
             decision.creates, decision.updates = [], []
             decision.stop(_subject(job), stop.message, events.trainjob_creation_failed(stop.message))
+            failure = stop.message
             if stop.by_input:
                 status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
                 decision.requeue_after = RETRY_AFTER
         if refused and not decision.error:
             refusal = refused[0]
-            status.fail(statuses.CREATION_FAILED_REASON, f"{refusal.kind} {refusal.name}: {refusal.message}", now)
+            failure = f"{refusal.kind} {refusal.name}: {refusal.message}"
+            if refusal.reason in INPUT_REFUSALS:  # the job's or runtime's fault: it fails, as bad input does
+                status.fail(statuses.CREATION_FAILED_REASON, failure, now)
             decision.requeue_after = RETRY_AFTER
+        made = any(c.get("kind") == jobsets.KIND for c in decision.creates)
+        statuses.set_created(status, found.jobset is not None or made, failure, now)
     statuses.set_suspended(job, status, now)
     statuses.from_jobset(status, found.jobset, now)
     ends = statuses.deadline(job, status, now)
@@ -285,6 +296,8 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
             decision.delete(found.jobset, "failed", "activeDeadlineSeconds exceeded")
     elif ends is not None:
         decision.requeue_after = max((ends - now).total_seconds(), 1.0)
+    statuses.set_running(job, status, found.jobset if found.jobset is not None and _ours(job, found.jobset) else None,
+                         now)
     if status.value != old.value:
         decision.status = status
         decision.events += [e for e in statuses.transitions(old, status)

@@ -17,8 +17,17 @@ rules:
   ``activeDeadlineSeconds`` have passed since creation or the last resume.
 
 Conditions are ``metav1.Condition``: ``meta.SetStatusCondition`` keeps a condition's
-lastTransitionTime while its status stays. No ``Running`` condition (see
-docs/trainer-v2.md: the SDK reads any condition list as "no longer running"). Pure.
+lastTransitionTime while its status stays. ``conditions`` hold upstream's only: the kubeflow
+SDK reads any condition list as "no longer running" (docs/trainer-v2.md). What kto says
+beyond them is in ``ktoConditions`` (kto's extension, which the SDK does not read):
+
+* ``Running``: True (``TrainJobRunning``) while the JobSet's training jobs (the trainer
+  step's: ``node``, and ``launcher`` for MPI) are all ready or done; False while they start
+  (``TrainJobStarting``), while the job is suspended (``TrainJobSuspended``) and once it has
+  finished (``TrainJobFinished``);
+* ``ResourcesCreated``: False (``TrainJobResourcesCreationFailed``, with the API server's
+  error or the input's fault) in a pass whose children could not be made, then True once a
+  pass made what it had to. Pure.
 """
 
 from __future__ import annotations
@@ -50,6 +59,13 @@ CREATION_FAILED_REASON = "TrainJobResourcesCreationFailed"
 JOBSET_COMPLETED = "Completed"
 JOBSET_FAILED = trainer.FAILED
 JOB_COUNTS = ("ready", "succeeded", "failed", "active", "suspended")
+CONDITIONS = "conditions"
+KTO_CONDITIONS = "ktoConditions"
+"""kto's own conditions (``status.ktoConditions``), beside upstream's."""
+RUNNING = "Running"
+RESOURCES_CREATED = "ResourcesCreated"
+TRAINING_STEPS = frozenset({trainer.NODE, trainer.LAUNCHER})
+"""Replicated jobs whose pods are the training nodes (besides any labelled as the trainer step)."""
 
 
 @dataclasses.dataclass
@@ -63,11 +79,15 @@ class Status:
 
     @property
     def conditions(self) -> list[Manifest]:
-        listed = self.value.get("conditions")
+        return self.listed(CONDITIONS)
+
+    def listed(self, field: str) -> list[Manifest]:
+        """The condition list ``field`` (``conditions`` or ``ktoConditions``)."""
+        listed = self.value.get(field)
         return listed if isinstance(listed, list) else []
 
-    def find(self, type_: str) -> Manifest | None:
-        return next((c for c in self.conditions if isinstance(c, dict) and c.get("type") == type_), None)
+    def find(self, type_: str, field: str = CONDITIONS) -> Manifest | None:
+        return next((c for c in self.listed(field) if isinstance(c, dict) and c.get("type") == type_), None)
 
     def is_true(self, type_: str) -> bool:
         found = self.find(type_)
@@ -79,14 +99,14 @@ class Status:
         return self.is_true(COMPLETE) or self.is_true(FAILED)
 
     def set(self, type_: str, status: str, reason: str, message: str, now: dt.datetime,
-            since: str | None = None) -> None:
-        """``meta.SetStatusCondition``: ``since`` (else ``now``) is the lastTransitionTime of a
-        new condition or of one whose status changes."""
+            since: str | None = None, field: str = CONDITIONS) -> None:
+        """``meta.SetStatusCondition`` on the list ``field``: ``since`` (else ``now``) is the
+        lastTransitionTime of a new condition or of one whose status changes."""
         stamp = since or common.format_time(now)
-        found = self.find(type_)
+        found = self.find(type_, field)
         if found is None:
-            self.value["conditions"] = [*self.conditions, {"type": type_, "status": status, "reason": reason,
-                                                           "message": message, "lastTransitionTime": stamp}]
+            self.value[field] = [*self.listed(field), {"type": type_, "status": status, "reason": reason,
+                                                       "message": message, "lastTransitionTime": stamp}]
             return
         if found.get("status") != status:
             found["status"], found["lastTransitionTime"] = status, stamp
@@ -171,6 +191,54 @@ def set_scale(status: Status, name: str, jobset: Mapping[str, Any] | None) -> No
     status.value.pop("numNodes", None)
 
 
+def set_running(job: Mapping[str, Any], status: Status, jobset: Mapping[str, Any] | None, now: dt.datetime) -> None:
+    """kto's ``Running`` (module docstring): from the JobSet's spec (which replicated jobs train,
+    and how many Jobs each has) and its ``replicatedJobsStatus`` (how many of those are ready
+    or done). A job that never ran (no JobSet, or finished or suspended before) has none."""
+    if status.find(RUNNING, KTO_CONDITIONS) is None and (
+            jobset is None or status.finished or objects.spec_of(job).get("suspend")):
+        return
+    if status.finished:
+        reason, message = "TrainJobFinished", "TrainJob has finished"
+    elif objects.spec_of(job).get("suspend"):
+        reason, message = "TrainJobSuspended", "TrainJob is suspended"
+    elif jobset is None:
+        reason, message = "TrainJobStarting", "TrainJob has no JobSet yet"
+    else:
+        wanted = {str(r.get("name")): int(r.get("replicas") if isinstance(r.get("replicas"), int) else 1)
+                  for r in objects.spec_of(jobset).get("replicatedJobs") or [] if isinstance(r, dict)
+                  and (r.get("name") in TRAINING_STEPS or _step_of(r) == trainer.TRAINER)}
+        raw = jobset.get("status")
+        counts = {str(r.get("name")): int(r.get("ready") or 0) + int(r.get("succeeded") or 0)
+                  for r in (raw if isinstance(raw, dict) else {}).get("replicatedJobsStatus") or []
+                  if isinstance(r, dict)}
+        if wanted and all(counts.get(name, 0) >= replicas for name, replicas in wanted.items()):
+            status.set(RUNNING, "True", "TrainJobRunning", "every training node of the TrainJob runs", now,
+                       field=KTO_CONDITIONS)
+            return
+        reason, message = "TrainJobStarting", "the TrainJob's training nodes are starting"
+    status.set(RUNNING, "False", reason, message, now, field=KTO_CONDITIONS)
+
+
+def _step_of(replicated_job: Mapping[str, Any]) -> object:
+    """The ancestor step a replicated job's template is labelled with (None: none)."""
+    metadata = (replicated_job.get("template") or {}).get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return labels.get(trainer.ANCESTOR_LABEL) if isinstance(labels, dict) else None
+
+
+def set_created(status: Status, made: bool, failure: str | None, now: dt.datetime) -> None:
+    """kto's ``ResourcesCreated``: False with ``failure`` (a pass's creation failure: the API
+    server's error or the input's fault); once it was False, True from a pass that had none and
+    whose JobSet is there or made by it (``made``). A job that never failed to be made has none
+    (no status write for it)."""
+    if failure is not None:
+        status.set(RESOURCES_CREATED, "False", CREATION_FAILED_REASON, failure, now, field=KTO_CONDITIONS)
+    elif made and status.find(RESOURCES_CREATED, KTO_CONDITIONS) is not None:
+        status.set(RESOURCES_CREATED, "True", "ResourcesCreated", "the TrainJob's JobSet and objects are made",
+                   now, field=KTO_CONDITIONS)
+
+
 def deadline(job: Mapping[str, Any], status: Status, now: dt.datetime) -> dt.datetime | None:
     """When ``activeDeadlineSeconds`` runs out (None: no deadline runs now): from the job's
     creation, or from its resume (the Suspended=False condition's time)."""
@@ -189,10 +257,12 @@ def deadline(job: Mapping[str, Any], status: Status, now: dt.datetime) -> dt.dat
 def transitions(old: Status, new: Status) -> list[Event]:
     """kto's Events for the conditions a pass changed (upstream's TrainJob controller records
     none): each condition newly set, or whose status or reason changed, with its reason and
-    message; a Warning for Failed, Normal for the others."""
+    message, and kto's ``Running`` once True; a Warning for Failed, Normal for the others."""
     said = []
-    for condition in new.conditions:
-        before = old.find(str(condition.get("type")))
+    running = new.find(RUNNING, KTO_CONDITIONS)
+    said_too = [running] if running is not None and running.get("status") == "True" else []
+    for field, condition in [*((CONDITIONS, c) for c in new.conditions), *((KTO_CONDITIONS, c) for c in said_too)]:
+        before = old.find(str(condition.get("type")), field)
         if before is not None and (before.get("status"), before.get("reason")) == (condition.get("status"),
                                                                                    condition.get("reason")):
             continue

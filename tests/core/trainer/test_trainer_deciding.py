@@ -68,7 +68,8 @@ def test_the_failure_of_a_missing_runtime_goes_once_the_runtime_is_there() -> No
     job["status"] = failed.status.dump()
     decision = decide(job, runtime)
     assert [m["kind"] for m in decision.creates] == ["ConfigMap", "JobSet"]
-    assert decision.status is not None and decision.status.dump() == {}
+    assert conditions(decision) == [], "the failure goes"
+    assert kto_conditions(decision) == [("ResourcesCreated", "True", "ResourcesCreated")]
 
 
 def test_an_unsupported_runtime_kind_fails_the_job_with_upstreams_reason() -> None:
@@ -183,7 +184,8 @@ def test_a_foreign_jobset_of_the_same_name_stops_the_pass() -> None:
     foreign["metadata"]["ownerReferences"] = []
     decision = decide(job, runtime, foreign)
     assert decision.creates == [] and decision.error is not None and "not managed by TrainJob" in decision.error
-    assert decision.status is None
+    assert conditions(decision) == [] and kto_conditions(decision) == [
+        ("ResourcesCreated", "False", "TrainJobResourcesCreationFailed")]
 
 
 def test_replay_of_a_pass_decides_it_again_from_its_inputs() -> None:
@@ -223,19 +225,45 @@ def test_a_job_that_got_past_admission_fails_naming_the_field(spec: dict[str, An
     assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
 
 
-def test_a_jobset_the_api_server_refuses_fails_the_job_with_its_message_until_a_later_look() -> None:
+def kto_conditions(decision: effects.Effects) -> list[tuple[str, str, str]]:
+    assert decision.status is not None
+    return [(c["type"], c["status"], c["reason"]) for c in decision.status.dump().get("ktoConditions", [])]
+
+
+def test_a_jobset_refused_for_a_quota_is_said_in_kto_conditions_not_failed_until_a_later_look() -> None:
     job, runtime = b.train_job(), b.runtime("torch-distributed")
     refusal = effects.Refusal("JobSet", "job", "Forbidden", 'exceeded quota: compute, requested: pods=3')
     decision = deciding.decide(job, [runtime], b.NOW, lambda: b.KEYS, [refusal])
-    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert conditions(decision) == [], "upstream's conditions: a quota may free up, the job has not failed"
+    assert kto_conditions(decision) == [("ResourcesCreated", "False", "TrainJobResourcesCreationFailed")]
     assert decision.status is not None
-    assert decision.status.dump()["conditions"][0]["message"] == (
+    assert decision.status.dump()["ktoConditions"][0]["message"] == (
         "JobSet job: exceeded quota: compute, requested: pods=3")
     assert decision.requeue_after == deciding.RETRY_AFTER
     job["status"] = decision.status.dump()
     jobset, snapshot = running(job, runtime)
     later = decide(job, jobset, snapshot)
-    assert later.status is not None and later.status.dump() == {}, "made at last: the failure goes"
+    assert kto_conditions(later) == [("ResourcesCreated", "True", "ResourcesCreated"),
+                                     ("Running", "False", "TrainJobStarting")], "made at last"
+
+
+def test_a_jobset_refused_as_invalid_fails_the_job_with_the_api_servers_message() -> None:
+    job, runtime = b.train_job(), b.runtime("torch-distributed")
+    refusal = effects.Refusal("JobSet", "job", "Invalid", 'JobSet.jobset.x-k8s.io "job" is invalid')
+    decision = deciding.decide(job, [runtime], b.NOW, lambda: b.KEYS, [refusal])
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert kto_conditions(decision) == [("ResourcesCreated", "False", "TrainJobResourcesCreationFailed")]
+
+
+def test_running_is_kto_conditions_once_every_training_node_is_ready() -> None:
+    job, runtime = b.train_job(), b.runtime("torch-distributed")
+    jobset, snapshot = running(job, runtime)
+    jobset["status"] = {"replicatedJobsStatus": [{"name": "node", "ready": 1, "succeeded": 0, "failed": 0,
+                                                  "active": 1, "suspended": 0}]}
+    decision = decide(job, jobset, snapshot)
+    assert conditions(decision) == [], "upstream's conditions stay empty: the SDK reads Running from pods"
+    assert ("Running", "True", "TrainJobRunning") in kto_conditions(decision)
+    assert ("Normal", "TrainJobRunning") in [(e.type, e.reason) for e in decision.events]
 
 
 def test_a_trainjob_whose_suspend_is_taken_away_resumes_its_jobset() -> None:
