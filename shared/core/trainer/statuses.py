@@ -205,7 +205,7 @@ def set_running(job: Mapping[str, Any], status: Status, jobset: Mapping[str, Any
     elif jobset is None:
         reason, message = "TrainJobStarting", "TrainJob has no JobSet yet"
     else:
-        wanted = {str(r.get("name")): int(r.get("replicas") if isinstance(r.get("replicas"), int) else 1)
+        wanted = {str(r.get("name")): _replicas(r)
                   for r in objects.spec_of(jobset).get("replicatedJobs") or [] if isinstance(r, dict)
                   and (r.get("name") in TRAINING_STEPS or _step_of(r) == trainer.TRAINER)}
         raw = jobset.get("status")
@@ -218,6 +218,12 @@ def set_running(job: Mapping[str, Any], status: Status, jobset: Mapping[str, Any
             return
         reason, message = "TrainJobStarting", "the TrainJob's training nodes are starting"
     status.set(RUNNING, "False", reason, message, now, field=KTO_CONDITIONS)
+
+
+def _replicas(replicated_job: Mapping[str, Any]) -> int:
+    """How many Jobs a replicated job has (JobSet's default: 1)."""
+    replicas = replicated_job.get("replicas")
+    return replicas if isinstance(replicas, int) else 1
 
 
 def _step_of(replicated_job: Mapping[str, Any]) -> object:
