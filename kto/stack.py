@@ -13,7 +13,9 @@ their own (``python -m kto ...``, each in its own process group, output to
    ``fault_proxy`` on a real control plane, a faulting proxy runs in this
    process in front of each cluster and the kubeconfig names the proxies);
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
-   Established);
+   Established), then what Kubeflow Trainer publishes for its clients
+   (``deploy/base/cluster/trainer-public/``: the namespace ``kubeflow-system`` and the
+   ConfigMap ``kubeflow-trainer-public`` the ``kubeflow`` SDK reads);
 4. one ``kto watcher`` per cluster, ``reconcilers`` × ``kto reconciler`` and
    ``status_workers`` × ``kto status-service``.
 
@@ -61,6 +63,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 CRD_DIR = REPO_ROOT / "deploy" / "crds"
 """Every file here is applied to every cluster."""
+
+TRAINER_PUBLIC_DIR = REPO_ROOT / "deploy" / "base" / "cluster" / "trainer-public"
+"""What Kubeflow Trainer's installation publishes for clients: applied to every cluster after the CRDs."""
 
 CONTROL_PLANES = ("sim", "kube")
 BROKERS = ("tansu", "kafka")
@@ -322,6 +327,28 @@ def _merge_kubeconfigs(sources: dict[str, pathlib.Path]) -> dict[str, Any]:
     return merged
 
 
+def manifests_in(directory: pathlib.Path) -> list[dict[str, Any]]:
+    """Every manifest of the YAML and JSON files of ``directory`` in file-name order (a kustomization is not one)."""
+    files = sorted(p for p in directory.iterdir()
+                   if p.suffix in (".yaml", ".yml", ".json") and p.stem != "kustomization")
+    return [doc for path in files for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+async def apply(client: clients.KubeClient, manifests: Sequence[dict[str, Any]]) -> None:
+    """Create each manifest, in order, or replace what is there (as ``kubectl apply`` leaves it)."""
+    for manifest in manifests:
+        rt = resources.for_manifest(manifest)
+        namespace = manifest["metadata"].get("namespace") if rt.namespaced else None
+        try:
+            await client.create(rt, namespace, manifest)
+        except clients.ApiError as exc:
+            if not exc.already_exists:
+                raise
+            current = await client.get(rt, namespace, manifest["metadata"]["name"])
+            await client.replace(rt, namespace, dict(manifest, metadata=dict(
+                manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"])))
+
+
 def _condition(obj: dict[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True"
@@ -561,22 +588,13 @@ class Stack(lifecycle.Started):
                     raise StackError(f"{context}: cannot register the admission webhook: {exc}") from exc
 
     async def _apply_crds(self, context: str) -> None:
-        files = sorted(p for p in CRD_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
-        manifests = [doc for path in files for doc in yaml.safe_load_all(path.read_text()) if doc]
+        manifests = manifests_in(CRD_DIR)
         deadline = time.monotonic() + self.settings.start_timeout
         async with await clients.KubeClient.connect(self.kubeconfig, context) as client:
-            for manifest in manifests:
-                rt = resources.for_manifest(manifest)
-                try:
-                    await client.create(rt, None, manifest)
-                except clients.ApiError as exc:
-                    if not exc.already_exists:
-                        raise StackError(f"{context}: cannot create {manifest['metadata']['name']}: {exc}") from exc
-                    current = await client.get(rt, None, manifest["metadata"]["name"])
-                    body = dict(manifest, metadata=dict(
-                        manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"]
-                    ))
-                    await client.replace(rt, None, body)
+            try:
+                await apply(client, manifests)
+            except clients.ApiError as exc:
+                raise StackError(f"{context}: cannot apply the CRDs: {exc}") from exc
             for manifest in manifests:
                 rt = resources.for_manifest(manifest)
                 name = manifest["metadata"]["name"]
@@ -585,6 +603,10 @@ class Stack(lifecycle.Started):
                         raise StackError(f"{context}: the CRD {name} is not Established after "
                                          f"{self.settings.start_timeout:g}s")
                     await asyncio.sleep(0.05)
+            try:
+                await apply(client, manifests_in(TRAINER_PUBLIC_DIR))
+            except clients.ApiError as exc:
+                raise StackError(f"{context}: cannot publish kubeflow-trainer-public: {exc}") from exc
 
     # --- running ---------------------------------------------------------
 
