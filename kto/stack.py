@@ -53,6 +53,7 @@ from faulting import proxying
 from shared import lifecycle
 from shared.bus import settings as bus_settings
 from shared.bus import signing
+from shared.core import settings as operator_settings
 from shared.kube import clients, resources
 from supervising import processes
 
@@ -155,6 +156,10 @@ class StackSettings:
     """First port of the services' Prometheus ``/metrics`` (watchers, then reconcilers, then status
     workers, one port each, in that order; :attr:`Stack.metrics_targets`); 0: none. Either way each
     service is given its port (or 0), so a ``KTO_METRICS_PORT`` in the environment is not taken by all."""
+
+    serve_jobsets: bool = True
+    """kto serves JobSets itself (``KTO_SERVE_JOBSETS`` of its watchers and reconcilers); false where
+    the real JobSet controller runs (``kto up --jobset-controller upstream``)."""
 
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
@@ -430,6 +435,7 @@ class Stack(lifecycle.Started):
         if self.bootstrap:
             env.update(self.kafka.to_env())
         env[signing.ENV] = self.keyring
+        env[operator_settings.SERVE_JOBSETS_ENV] = "true" if self.settings.serve_jobsets else "false"
         return env
 
     def _make_keys(self) -> None:

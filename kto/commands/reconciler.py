@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from services.reconciler import running
     from services.reconciler.settings import ReconcilerSettings
     from shared import namespaces as served
+    from shared.core import settings as operator_settings
     from shared.core.settings import OperatorSettings
 
     from kto import cli
@@ -63,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         namespaces = served.from_env(os.environ)
     except served.NamespacesError as exc:
         raise cli.UserError(str(exc)) from None
+    try:
+        serve_jobsets = operator_settings.serve_jobsets(os.environ)
+    except ValueError as exc:
+        raise cli.UserError(str(exc)) from None
     settings = ReconcilerSettings(
         kubeconfig=args.kubeconfig, namespaces=namespaces,
         concurrency=args.concurrency, release_after=args.release_after, group_id=args.group,
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             pytorch_init_container_max_tries=args.pytorch_init_container_max_tries,
             mpi_kubectl_delivery_image=args.mpi_kubectl_delivery_image,
             cluster_domain=os.environ.get("CUSTOM_CLUSTER_DOMAIN", ""),
+            serve_jobsets=serve_jobsets,
         ),
     )
     serving.configure_tracing("kto-reconciler", settings.instance)

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from shared import tracing
     from shared import namespaces as served
     from shared.bus.settings import KafkaSettings, SettingsError
+    from shared.core import settings as operator_settings
 
     if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
         raise UserError(f"--kubeconfig {args.kubeconfig}: no such file")
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             lease_duration=args.lease_duration,
             metrics_port=serving.metrics_port(args),
             health_port=serving.health_port(args),
+            serve_jobsets=operator_settings.serve_jobsets(os.environ),
         )
         kafka = KafkaSettings.from_env()
         provider = tracing.configure("kto-watcher", settings.identity)

@@ -13,6 +13,7 @@ import secrets
 import socket
 
 from shared import namespaces as served
+from shared.api import jobsets
 
 
 def default_identity() -> str:
@@ -77,6 +78,11 @@ class WatcherSettings:
     """Seconds between two looks at a kind the cluster may not serve (a PodGroup
     kind whose CRD is not installed): listing it is tried again this often."""
 
+    serve_jobsets: bool = True
+    """kto serves JobSets (``KTO_SERVE_JOBSETS``, default true): a JobSet, its Jobs and pods are
+    published under the JobSet's key; false where the real JobSet controller serves them (a JobSet
+    made by a TrainJob is still published under the TrainJob's key)."""
+
     def __post_init__(self) -> None:
         served.parse(self.namespace, "namespace")
         if not self.cluster or "/" in self.cluster or self.cluster != self.cluster.strip():
@@ -100,6 +106,11 @@ class WatcherSettings:
     def namespaces(self) -> tuple[str, ...]:
         """The namespaces watched; () → all."""
         return served.parse(self.namespace, "namespace")
+
+    @property
+    def unserved_kinds(self) -> frozenset[str]:
+        """Job kinds another controller serves in this cluster: not published under their own key."""
+        return frozenset() if self.serve_jobsets else frozenset({jobsets.KIND})
 
     @property
     def lease(self) -> str:

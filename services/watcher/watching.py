@@ -44,7 +44,7 @@ from opentelemetry import trace
 from services.watcher import mapping
 from services.watcher.settings import WatcherSettings
 from shared import metrics, tracing
-from shared.api import projections
+from shared.api import jobsets, projections
 from shared.bus import events, producing, records
 from shared.kube import clients, resources
 
@@ -59,7 +59,7 @@ CHILD_SELECTOR = mapping.LABEL_JOB_NAME
 
 OPTIONAL_TYPES: tuple[resources.ResourceType, ...] = (
     resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS,
-    resources.TRAININGJOBS, *resources.SCALER_TYPES.values(),
+    resources.TRAININGJOBS, *resources.SCALER_TYPES.values(), resources.JOBSETS,
 )
 """Children of gang-scheduled jobs, served only where Volcano or scheduler-plugins
 installed their CRDs, and et-operator's kinds, served where its CRDs are: a 404
@@ -70,17 +70,31 @@ controller ownerReference."""
 
 UNLABELLED_TYPES: tuple[resources.ResourceType, ...] = (
     resources.HPAS, resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS, *resources.SCALER_TYPES.values(),
+    resources.BATCH_JOBS,
 )
 """Children upstream gives no job-name label (the elastic HPA, the PodGroups) and the
 scalers of TrainingJobs: listed unselected and mapped to their job by the controller
 ownerReference (a ScaleIn / ScaleOut by the job it names). The HPA is
-watched so that its deletion (on suspend) and edits made to it are seen."""
+watched so that its deletion (on suspend) and edits made to it are seen. Batch Jobs are
+unselected too: an MPIJob v2beta1's launcher carries the job-name label, a JobSet's Jobs
+carry JobSet's labels only; both are mapped by their controller."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Selected(resources.ResourceType):
+    """A type watched a second time, under a label selector and an inventory slot of its own."""
+
+    selector: str = ""
+
+
+JOBSET_PODS = Selected("", "v1", "pods", "Pod", selector=jobsets.JOBSET_NAME_LABEL)
+"""A JobSet's pods (jobset-name label; its Jobs are their controller), keyed by the JobSet."""
 
 CHILD_TYPES: tuple[resources.ResourceType, ...] = (
     resources.PODS, resources.SERVICES, resources.CONFIGMAPS,
     resources.SERVICEACCOUNTS, resources.ROLES, resources.ROLEBINDINGS,
-    resources.BATCH_JOBS,  # an MPIJob v2beta1's launcher Job
     *UNLABELLED_TYPES,
+    JOBSET_PODS,
 )
 """Kinds of children watched (label-selected, except :data:`UNLABELLED_TYPES`). Not Secrets:
 RBAC cannot grant a list or watch of the job-labelled ones only, and no decision waits for a
@@ -94,6 +108,13 @@ SOURCE = "watcher"
 """The ``source`` of every record the watcher publishes."""
 
 
+def _slot_of(rt: resources.ResourceType) -> str:
+    """The inventory slot of a watched type (a :class:`Selected` type's its own)."""
+    if isinstance(rt, Selected):
+        return f"{rt.kind}@{rt.selector}"
+    return slot(rt.kind, rt.api_version)
+
+
 def slot(kind: str, api_version: str = "") -> str:
     """The inventory slot of a kind: the kind, except for the two PodGroup kinds,
     which share a kind name but not a group (``PodGroup.<group>``)."""
@@ -104,11 +125,15 @@ def slot(kind: str, api_version: str = "") -> str:
 
 def _type_name(rt: resources.ResourceType, namespace: str | None = None) -> str:
     name = f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+    if isinstance(rt, Selected):
+        name += f" ({rt.selector})"
     return name if namespace is None else f"{name} in {namespace}"
 
 
 def selector_for(rt: resources.ResourceType) -> str | None:
     """The server-side label selector of a watched type (None for the job kinds and PodGroups)."""
+    if isinstance(rt, Selected):
+        return rt.selector
     return None if rt.kind in resources.JOB_TYPES or rt in UNLABELLED_TYPES else CHILD_SELECTOR
 
 
@@ -343,7 +368,7 @@ class Watcher:
         Returns the list's resourceVersion.
         """
         items, version = await self._client.list(rt, namespace, selector_for(rt))
-        known = self.inventory.of(slot(rt.kind, rt.api_version))
+        known = self.inventory.of(_slot_of(rt))
         seen: set[ObjectId] = set()
         counts = {"ADDED": 0, "MODIFIED": 0, "RESYNCED": 0, "DELETED": 0}
         for obj in items:
@@ -377,9 +402,10 @@ class Watcher:
 
     async def _publish_known(self, rt: resources.ResourceType, event: records.ObservationEvent,
                              ident: ObjectId, old: Known) -> None:
-        if old.key is not None:
-            await self.publish(event, rt.kind, old.object, old.key)
-        self.inventory.of(slot(rt.kind, rt.api_version)).pop(ident, None)
+        for key in (old.key, mapping.owner_key(self._settings.cluster, old.object)):
+            if key is not None:
+                await self.publish(event, rt.kind, old.object, key)
+        self.inventory.of(_slot_of(rt)).pop(ident, None)
 
     async def _observe(self, rt: resources.ResourceType, event: str, obj: dict[str, Any]) -> None:
         """Publish one watch event (or relist finding) and remember it."""
@@ -392,15 +418,16 @@ class Watcher:
         meta = _meta(obj)
         ident = _ident(obj)
         version = str(meta.get("resourceVersion") or "")
-        known = self.inventory.of(slot(rt.kind, rt.api_version))
+        known = self.inventory.of(_slot_of(rt))
         old = known.get(ident)
         if event in ("ADDED", "MODIFIED") and old is not None and old.resource_version == version:
             return  # already published (e.g. by the list this watch started from)
-        key = mapping.job_key(self._settings.cluster, obj)
+        key = mapping.job_key(self._settings.cluster, obj, self._settings.unserved_kinds)
         if event == "DELETED" and key is None and old is not None:
             key = old.key
-        if key is not None:
-            await self.publish(typing.cast(records.ObservationEvent, event), rt.kind, obj, key)
+        for published in (key, mapping.owner_key(self._settings.cluster, obj)):
+            if published is not None:
+                await self.publish(typing.cast(records.ObservationEvent, event), rt.kind, obj, published)
         if event == "DELETED":
             known.pop(ident, None)
         else:

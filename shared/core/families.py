@@ -21,6 +21,7 @@ from shared.core import admitting, basis, effects, outcomes, plans
 from shared.core import kubeflow_v1
 from shared.core import settings as operator_settings
 from shared.core.elastic import family as elastic_family
+from shared.core.jobsets import family as jobsets_family
 from shared.core.mpi_v2 import family as mpi_v2_family
 
 Manifest = dict[str, Any]
@@ -186,5 +187,6 @@ REGISTRY = Registry([
     kubeflow_v1.FAMILY,
     mpi_v2_family.FAMILY,
     elastic_family.FAMILY,
+    jobsets_family.FAMILY,
 ])
 """Every family kto serves. Adding one: its package, and one line here."""

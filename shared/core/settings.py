@@ -7,8 +7,22 @@ Out: one frozen value passed down explicitly to planning and decisions.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 VOLCANO_SCHEDULER_NAME = "volcano"
+
+SERVE_JOBSETS_ENV = "KTO_SERVE_JOBSETS"
+"""The environment variable of :attr:`OperatorSettings.serve_jobsets`."""
+
+
+def serve_jobsets(environ: Mapping[str, str]) -> bool:
+    """``KTO_SERVE_JOBSETS``: true unless it says false, 0, no or off (any case)."""
+    value = environ.get(SERVE_JOBSETS_ENV, "").strip().lower()
+    if value in ("", "true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{SERVE_JOBSETS_ENV}={value!r}: say true or false")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +44,10 @@ class OperatorSettings:
 
     cluster_domain: str = ""
     """Env `CUSTOM_CLUSTER_DOMAIN`: suffix of TF_CONFIG host names, appended when non-empty."""
+
+    serve_jobsets: bool = True
+    """Env `KTO_SERVE_JOBSETS`: kto serves JobSets (``jobset.x-k8s.io``) itself; false where the
+    real JobSet controller runs (`kto up --jobset-controller upstream`)."""
 
     @property
     def gang_scheduling(self) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shared.api import jobs, projections
+from shared.api import jobsets, projections
 from shared.core.mpi_v2 import planning as mpi_v2_planning
 from shared.kube import clients, resources
 
@@ -52,6 +52,10 @@ def child_types(
     if pods_only:
         # An MPIJob v2beta1's state is its launcher Job's: the status needs it too.
         return [(resources.PODS, JOB_NAME_LABEL), *([(resources.BATCH_JOBS, JOB_NAME_LABEL)] if kind == "MPIJob" else [])]
+    if kind == resources.JOBSETS.kind:
+        # A JobSet's Jobs carry its name label; its headless Service (no labels) is named as
+        # its subdomain, which is the JobSet's name unless the spec says otherwise.
+        return [(resources.BATCH_JOBS, jobsets.JOBSET_NAME_LABEL), (resources.SERVICES, BY_NAME)]
     if kind == resources.TRAININGJOBS.kind:
         # kto labels every child of a TrainingJob with the job name; its scalers name it.
         return [*((rt, JOB_NAME_LABEL) for rt in TRAINING_JOB_TYPES), (resources.SECRETS, BY_NAME),
@@ -93,7 +97,7 @@ async def hydrate(
     job = results[0]
     if job is None:
         return None, []
-    job.setdefault("apiVersion", jobs.API_VERSION)
+    job.setdefault("apiVersion", job_type.api_version)
     job.setdefault("kind", kind)
     return job, [projections.project(child) for items in results[1:] for child in items]
 

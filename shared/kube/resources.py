@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shared.api import elastic, jobs
+from shared.api import elastic, jobs, jobsets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,14 +60,17 @@ MUTATING_WEBHOOK_CONFIGURATIONS = ResourceType("admissionregistration.k8s.io", "
 TRAININGJOBS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.TrainingJob.PLURAL, elastic.TrainingJob.KIND)
 SCALEINS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleIn.PLURAL, elastic.ScaleIn.KIND)
 SCALEOUTS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleOut.PLURAL, elastic.ScaleOut.KIND)
+JOBSETS = ResourceType(jobsets.GROUP, jobsets.VERSION, jobsets.PLURAL, jobsets.KIND)
+"""JobSet v1alpha2: served by kto (``OperatorSettings.serve_jobsets``) or by the real JobSet controller."""
 SCALER_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (SCALEINS, SCALEOUTS)}
 """et-operator's ScaleIn and ScaleOut: keyed by the TrainingJob they scale."""
 
 JOB_TYPES: dict[str, ResourceType] = {
     **{kind: ResourceType(jobs.GROUP, jobs.VERSION, cls.PLURAL, kind) for kind, cls in jobs.KINDS.items()},
     TRAININGJOBS.kind: TRAININGJOBS,
+    JOBSETS.kind: JOBSETS,
 }
-"""The job kinds, keyed by kind: the six of kubeflow.org/v1 and et-operator's TrainingJob."""
+"""The job kinds, keyed by kind: the six of kubeflow.org/v1, et-operator's TrainingJob and JobSet."""
 
 MPIJOBS_V2BETA1 = ResourceType(jobs.GROUP, "v2beta1", jobs.MPIJob.PLURAL, jobs.MPIJob.KIND)
 """The same MPIJobs, read and written in mpi-operator's version (one CRD, two versions)."""
