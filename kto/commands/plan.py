@@ -103,10 +103,12 @@ def _plan_file(label: str, text: str, args: argparse.Namespace, outcome: _Outcom
     operator_settings = settings.OperatorSettings(
         gang_scheduler_name=args.gang_scheduler_name, cluster_domain=args.cluster_domain
     )
-    for index, document in _documents(text, label, outcome):
+    documents = list(_documents(text, label, outcome))
+    beside = [document for _, document in documents]
+    for index, document in documents:
         prefix = f"{label}: document {index}"
         family = families.REGISTRY.for_document(document)
-        planned = family.dry_run(document, operator_settings, _PLANNED_KEY, dt.datetime.now(dt.UTC))
+        planned = family.dry_run(document, operator_settings, _PLANNED_KEY, dt.datetime.now(dt.UTC), beside)
         outcome.warnings.extend(f"warning: {prefix}: {warning}" for warning in planned.warnings)
         outcome.errors.extend(f"{prefix}: {error}" for error in planned.errors)
         if not planned.errors:

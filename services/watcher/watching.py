@@ -59,7 +59,7 @@ CHILD_SELECTOR = mapping.LABEL_JOB_NAME
 
 OPTIONAL_TYPES: tuple[resources.ResourceType, ...] = (
     resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS,
-    resources.TRAININGJOBS, *resources.SCALER_TYPES.values(), resources.JOBSETS,
+    resources.TRAININGJOBS, *resources.SCALER_TYPES.values(), resources.JOBSETS, resources.TRAINJOBS,
 )
 """Children of gang-scheduled jobs, served only where Volcano or scheduler-plugins
 installed their CRDs, and et-operator's kinds, served where its CRDs are: a 404

@@ -84,10 +84,10 @@ class DependsOn(common.Model):
 
 
 class ReplicatedJob(common.Model):
-    """A group of identical batch Jobs: ``replicas`` Jobs from one template."""
+    """A group of identical batch Jobs: replicas Jobs from one template."""
 
     name: str
-    """Unique within the JobSet; part of each Job's name ``<jobset>-<name>-<index>``."""
+    """Unique within the JobSet; part of each Job's name <jobset>-<name>-<index>."""
     group_name: str = DEFAULT_GROUP_NAME
     """The group this replicated job is counted in (labels group-name, group-replicas, job-group-index)."""
     template: common.Manifest = pydantic.Field(default_factory=dict)
@@ -102,7 +102,7 @@ class Network(common.Model):
     """How the pods find each other."""
 
     enable_dns_hostnames: bool | None = pydantic.Field(default=None, alias="enableDNSHostnames")
-    """Pods get the hostname ``<job>-<index>`` in the subdomain (a headless Service). Defaults to true."""
+    """Pods get the hostname <job>-<index> in the subdomain (a headless Service). Defaults to true."""
     subdomain: str | None = None
     """The headless Service's name and the pods' subdomain; the JobSet's name when unset."""
     publish_not_ready_addresses: bool | None = None
@@ -113,7 +113,7 @@ class FailurePolicyRule(common.Model):
     """What to do when a Job fails in a given way."""
 
     name: str = ""
-    """The rule's name (``failurePolicyRule<index>`` when unset)."""
+    """The rule's name (failurePolicyRule<index> when unset)."""
     action: Literal["FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts", "RestartJob",
                     "RestartJobAndIgnoreMaxRestarts"]
     """What is done when the rule matches a failed Job."""
@@ -181,7 +181,7 @@ class JobSetSpec(common.Model):
     coordinator: Coordinator | None = None
     """A pod every Job is labelled with the endpoint of."""
     managed_by: str | None = None
-    """The controller that serves the JobSet (``jobset.sigs.k8s.io/jobset-controller`` by default)."""
+    """The controller that serves the JobSet (jobset.sigs.k8s.io/jobset-controller by default)."""
     ttl_seconds_after_finished: int | None = None
     """Seconds after the JobSet finished before it is deleted."""
     volume_claim_policies: list[common.Manifest] | None = None
@@ -192,34 +192,49 @@ class ReplicatedJobStatus(common.Model):
     """How many Jobs of one replicated job are in each state."""
 
     name: str
+    """The replicated job."""
     ready: int = 0
+    """Active Jobs whose ready and succeeded pods reach their parallelism (or completions)."""
     succeeded: int = 0
+    """Jobs complete."""
     failed: int = 0
+    """Jobs failed."""
     active: int = 0
+    """Jobs with an active pod."""
     suspended: int = 0
+    """Jobs suspended."""
     job_restarts: list[int] | None = None
+    """Per Job index, its own restarts (the RestartJob action; not used by kto)."""
     job_restarts_count_towards_max: list[int] | None = None
+    """Per Job index, its restarts that count towards maxRestarts (not used by kto)."""
 
 
 class Condition(common.Model):
     """A metav1.Condition."""
 
     type: str
+    """Completed, Failed, Suspended, RestartingJobSet, StartupPolicyInProgress or StartupPolicyCompleted."""
     status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
     reason: str
+    """Why, in one CamelCase word."""
     message: str = ""
+    """Why, in words."""
     last_transition_time: common.Time | None = None
+    """When the status last changed."""
     observed_generation: int | None = None
+    """The JobSet generation the condition was set on."""
 
 
 class JobSetStatus(common.Model):
     """What the controller saw."""
 
     conditions: list[Condition] | None = None
+    """The JobSet's conditions, each type once."""
     restarts: int = 0
     """How many times the JobSet was recreated."""
     restarts_count_towards_max: int | None = None
-    """The restarts that count towards ``failurePolicy.maxRestarts``."""
+    """The restarts that count towards failurePolicy.maxRestarts."""
     terminal_state: str | None = None
     """Completed or Failed, once the JobSet is finished."""
     replicated_jobs_status: list[ReplicatedJobStatus] | None = None
@@ -227,7 +242,7 @@ class JobSetStatus(common.Model):
 
 
 class JobSet(common.Model):
-    """A group of batch Jobs run as one workload (``jobset.x-k8s.io/v1alpha2``)."""
+    """A group of batch Jobs run as one workload (jobset.x-k8s.io/v1alpha2)."""
 
     KIND: ClassVar[str] = KIND
     PLURAL: ClassVar[str] = PLURAL
@@ -237,7 +252,9 @@ class JobSet(common.Model):
     kind: str = KIND
     metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
     spec: JobSetSpec = pydantic.Field(default_factory=JobSetSpec)
+    """What the JobSet runs."""
     status: JobSetStatus | None = None
+    """What the controller saw."""
 
     @property
     def name(self) -> str:

@@ -7,7 +7,7 @@ default, decide (one :class:`~shared.core.effects.Effects` shape for all), compu
 the status, summarise a plan for ``kto plan`` and ``kto replay``, say which objects
 are its jobs and which service writes their status. No service tests for a family itself: a family is one module here
 (``shared/core/kubeflow_v1.py``, ``shared/core/mpi_v2/family.py``,
-``shared/core/elastic/family.py``) and one line of :data:`REGISTRY`.
+``shared/core/elastic/family.py``, ``shared/core/trainer/family.py``) and one line of :data:`REGISTRY`.
 Pure: no I/O, no clock.
 """
 
@@ -23,6 +23,7 @@ from shared.core import settings as operator_settings
 from shared.core.elastic import family as elastic_family
 from shared.core.jobsets import family as jobsets_family
 from shared.core.mpi_v2 import family as mpi_v2_family
+from shared.core.trainer import family as trainer_family
 
 Manifest = dict[str, Any]
 PreparedT = TypeVar("PreparedT")
@@ -95,9 +96,10 @@ class Family(Protocol[PreparedT]):
         read it."""
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
-                now: dt.datetime) -> plans.DryRun:
+                now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
         """``kto plan`` of one document: load, validate, default, plan (``stand_in_key`` shown
-        for any generated key)."""
+        for any generated key; ``beside``: every document given with it, where a job finds
+        what it refers to, such as a TrainJob's runtime)."""
 
     def unbound(self, children: Sequence[Manifest], now: dt.datetime) -> tuple[list[plans.Unbound], list[str]]:
         """For a job that does not exist: the steps of the objects still waiting for it, and
@@ -188,5 +190,6 @@ REGISTRY = Registry([
     mpi_v2_family.FAMILY,
     elastic_family.FAMILY,
     jobsets_family.FAMILY,
+    trainer_family.FAMILY,
 ])
 """Every family kto serves. Adding one: its package, and one line here."""

@@ -107,7 +107,7 @@ class KubeflowV1:
         return preparing.status_of(document, children, now, unconfirmed=unconfirmed, prepared=prepared)
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
-                now: dt.datetime) -> plans.DryRun:
+                now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
         try:
             job = jobs.load(document)
         except jobs.LoadError as exc:

@@ -5,8 +5,15 @@ does not exist) and its children: one GET of the job and one label-selected
 LIST per child type the kind can have, all at once; each child as its kind's projection
 (:mod:`shared.api.projections`: what decisions read, as a record carries it). Secrets are never listed:
 the SSH Secret kto makes for a job is read by its name (a TrainingJob's
-``<job>``, an MPIJob v2beta1's ``<job>-ssh``), so the reconciler needs no
-right to list Secrets, and the watcher does not watch them.
+``<job>``, an MPIJob v2beta1's ``<job>-ssh``, a TrainJob's ``<job>-mpi-ssh-auth``), so the
+reconciler needs no right to list Secrets, and the watcher does not watch them.
+
+A TrainJob's objects are all read by name (its JobSet, PodGroup of either kind, MPI
+Secret and hostfile, runtime snapshot), and so is the runtime its ``runtimeRef`` names,
+once the job is read: a TrainingRuntime in the job's namespace or a ClusterTrainingRuntime
+(a 404 is no runtime, which the job's decision says as upstream does). The runtime is
+handed to the decision among the children, so a pass's basis carries it and
+``kto replay`` decides from the runtime the pass saw.
 """
 
 from __future__ import annotations
@@ -14,8 +21,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shared.api import jobsets, projections
+from shared.api import jobsets, objects, projections
 from shared.core.mpi_v2 import planning as mpi_v2_planning
+from shared.core.trainer import planning as trainer_planning
+from shared.core.trainer import podsets as trainer_podsets
 from shared.kube import clients, resources
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -39,6 +48,10 @@ TrainingJob's SSH Secret."""
 MPI_SSH_SECRET = mpi_v2_planning.SSH_SECRET_SUFFIX
 """Not a label: the child named ``<job>`` + this suffix is read: an MPIJob v2beta1's SSH Secret."""
 
+TRAINJOB_NAMED = (trainer_podsets.MPI_SECRET_SUFFIX, trainer_podsets.MPI_HOSTFILE_SUFFIX,
+                  trainer_podsets.SNAPSHOT_SUFFIX)
+"""Not labels: a TrainJob's MPI Secret, MPI hostfile and runtime snapshot, ``<job>`` + each suffix."""
+
 SCALER_TARGET = "spec.selector.name"
 """Not a label: the ScaleIns / ScaleOuts of the namespace whose ``spec.selector.name`` is the job."""
 
@@ -56,6 +69,10 @@ def child_types(
         # A JobSet's Jobs carry its name label; its headless Service (no labels) is named as
         # its subdomain, which is the JobSet's name unless the spec says otherwise.
         return [(resources.BATCH_JOBS, jobsets.JOBSET_NAME_LABEL), (resources.SERVICES, BY_NAME)]
+    if kind == resources.TRAINJOBS.kind:
+        return [(resources.JOBSETS, BY_NAME), (resources.PLUGINS_PODGROUPS, BY_NAME),
+                (resources.VOLCANO_PODGROUPS, BY_NAME), (resources.SECRETS, trainer_podsets.MPI_SECRET_SUFFIX),
+                *((resources.CONFIGMAPS, suffix) for suffix in TRAINJOB_NAMED[1:])]
     if kind == resources.TRAININGJOBS.kind:
         # kto labels every child of a TrainingJob with the job name; its scalers name it.
         return [*((rt, JOB_NAME_LABEL) for rt in TRAINING_JOB_TYPES), (resources.SECRETS, BY_NAME),
@@ -77,7 +94,7 @@ def child_types(
 
 def reads_by_name(label: str) -> bool:
     """Whether a :func:`child_types` entry is a GET by name rather than a LIST."""
-    return label in (BY_NAME, MPI_SSH_SECRET)
+    return label in (BY_NAME, MPI_SSH_SECRET, *TRAINJOB_NAMED)
 
 
 async def hydrate(
@@ -99,7 +116,28 @@ async def hydrate(
         return None, []
     job.setdefault("apiVersion", job_type.api_version)
     job.setdefault("kind", kind)
-    return job, [projections.project(child) for items in results[1:] for child in items]
+    children = [projections.project(child) for items in results[1:] for child in items]
+    if kind == resources.TRAINJOBS.kind and not pods_only:
+        children += await _runtime(client, job)
+    return job, children
+
+
+async def _runtime(client: clients.KubeClient, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The TrainingRuntime or ClusterTrainingRuntime the TrainJob's ``runtimeRef`` names
+    (none for a 404, or for a kind or group that is not a runtime's)."""
+    group, kind, name = trainer_planning.runtime_ref(job)
+    rt = resources.RUNTIME_TYPES.get(kind)
+    if rt is None or group != rt.group or not name:
+        return []
+    try:
+        item = await client.get(rt, objects.namespace_of(job) if rt.namespaced else None, name)
+    except clients.ApiError as exc:
+        if exc.not_found:
+            return []
+        raise
+    item.setdefault("apiVersion", rt.api_version)
+    item.setdefault("kind", rt.kind)
+    return [item]
 
 
 async def _job(
@@ -125,7 +163,7 @@ async def _children(
         items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
         return items
     try:
-        item = await client.get(rt, namespace, name + (MPI_SSH_SECRET if label == MPI_SSH_SECRET else ""))
+        item = await client.get(rt, namespace, name + label)  # BY_NAME is no suffix
     except clients.ApiError as exc:
         if exc.not_found:
             return []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shared.api import elastic, jobs, jobsets
+from shared.api import elastic, jobs, jobsets, trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +62,12 @@ SCALEINS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleIn.PLURAL, 
 SCALEOUTS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleOut.PLURAL, elastic.ScaleOut.KIND)
 JOBSETS = ResourceType(jobsets.GROUP, jobsets.VERSION, jobsets.PLURAL, jobsets.KIND)
 """JobSet v1alpha2: served by kto (``OperatorSettings.serve_jobsets``) or by the real JobSet controller."""
+TRAINJOBS = ResourceType(trainer.GROUP, trainer.VERSION, "trainjobs", trainer.TRAINJOB_KIND)
+TRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, "trainingruntimes", trainer.TRAINING_RUNTIME_KIND)
+CLUSTERTRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, "clustertrainingruntimes",
+                                       trainer.CLUSTER_TRAINING_RUNTIME_KIND, namespaced=False)
+RUNTIME_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (TRAININGRUNTIMES, CLUSTERTRAININGRUNTIMES)}
+"""Kubeflow Trainer v2's runtimes, by kind: read by the TrainJob's hydration, never watched."""
 SCALER_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (SCALEINS, SCALEOUTS)}
 """et-operator's ScaleIn and ScaleOut: keyed by the TrainingJob they scale."""
 
@@ -69,8 +75,10 @@ JOB_TYPES: dict[str, ResourceType] = {
     **{kind: ResourceType(jobs.GROUP, jobs.VERSION, cls.PLURAL, kind) for kind, cls in jobs.KINDS.items()},
     TRAININGJOBS.kind: TRAININGJOBS,
     JOBSETS.kind: JOBSETS,
+    TRAINJOBS.kind: TRAINJOBS,
 }
-"""The job kinds, keyed by kind: the six of kubeflow.org/v1, et-operator's TrainingJob and JobSet."""
+"""The job kinds, keyed by kind: the six of kubeflow.org/v1, et-operator's TrainingJob, JobSet and
+Kubeflow Trainer v2's TrainJob."""
 
 MPIJOBS_V2BETA1 = ResourceType(jobs.GROUP, "v2beta1", jobs.MPIJob.PLURAL, jobs.MPIJob.KIND)
 """The same MPIJobs, read and written in mpi-operator's version (one CRD, two versions)."""
@@ -92,7 +100,7 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
 
 _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
     (rt.api_version, rt.kind): rt for rt in (
-        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES,
+        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), *RUNTIME_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES,
         CRDS, PRIORITY_CLASSES, VALIDATING_WEBHOOK_CONFIGURATIONS, MUTATING_WEBHOOK_CONFIGURATIONS,
     )
 }

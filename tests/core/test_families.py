@@ -148,7 +148,7 @@ class _Widgets:
         return None
 
     def dry_run(self, document: Any, settings: settings.OperatorSettings, stand_in_key: str,
-                now: dt.datetime) -> plans.DryRun:
+                now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
         return plans.DryRun(children=[{"kind": "Pod"}])
 
     def unbound(self, children: Sequence[dict[str, Any]], now: dt.datetime) -> tuple[list[plans.Unbound], list[str]]:

@@ -417,10 +417,11 @@ def _granted_by(role: dict[str, Any]) -> set[Rule]:
             for resource in rule["resources"] for verb in rule["verbs"]}
 
 
-DELETED_KINDS = {"Pod", "Service", "PodGroup", "HorizontalPodAutoscaler"}
+DELETED_KINDS = {"Pod", "Service", "PodGroup", "HorizontalPodAutoscaler", "Job"}
 """The children a decision deletes: pods and Services (shared/core/deciding.py, the elastic
 core's Pass.delete_workers and delete_launcher, mpi_v2's scale-down and cleanup), PodGroups and
-the elastic HPA (reconciling._children_to_drop, mpi_v2's gang cleanup). The others (ConfigMaps,
+the elastic HPA (reconciling._children_to_drop, mpi_v2's gang cleanup), a JobSet's Jobs (a restart's,
+a finished JobSet's active ones: shared/core/jobsets/deciding.py). The others (ConfigMaps,
 Secrets, ServiceAccounts, Roles, RoleBindings, launcher Jobs) go with the job, by garbage collection."""
 
 
@@ -459,6 +460,9 @@ def needed(service: str) -> set[Rule]:
     for rt in v1_kinds:  # restart count and failure verdict (merge patch), TTL delete
         found |= _rules("cluster", rt, "patch", "delete")
     found |= _rules("cluster", resources.TRAININGJOBS, "update", subresource="status")
+    # shared/core/jobsets: the JobSet's status PUT with its children, its deletion after its TTL
+    found |= _rules("cluster", resources.JOBSETS, "delete") | _rules("cluster", resources.JOBSETS, "update",
+                                                                     subresource="status")
     for rt in resources.SCALER_TYPES.values():  # hydration lists them; ownerReferences patched; status PUT
         found |= _rules("cluster", rt, "list", "patch") | _rules("cluster", rt, "update", subresource="status")
     # KubeClient.exec into a TrainingJob's launcher: a WebSocket GET, which the API server

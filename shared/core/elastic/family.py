@@ -167,7 +167,7 @@ class TrainingJobs:
         return None
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
-                now: dt.datetime) -> plans.DryRun:
+                now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
         """A TrainingJob: its children in upstream's creation order; a scaler: checked only."""
         try:
             loaded = elastic.load(document)

@@ -81,7 +81,7 @@ class JobSets:
         return None
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
-                now: dt.datetime) -> plans.DryRun:
+                now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
         """The headless Service and the Jobs of a first reconcile (every replicated job whose
         dependencies are met at the start)."""
         try:

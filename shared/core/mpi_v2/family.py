@@ -107,7 +107,7 @@ class MPIJobV2:
         return job, job_status(job, children, now)
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
-                now: dt.datetime) -> plans.DryRun:
+                now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:
         """The children of its first sync (spec A.7), with ``stand_in_key`` for the SSH key pair."""
         try:
             job = mpijobs.load(document)

@@ -1,0 +1,225 @@
+"""One reconcile of a TrainJob, as Trainer v2.3's TrainJob controller does it, as a pure decision.
+
+In: the TrainJob (a dict, as stored), every object observed for it — its JobSet, its
+PodGroup, the MPI SSH Secret ``<job>-mpi-ssh-auth`` and hostfile ConfigMap
+``<job>-mpi-hostfile``, the runtime snapshot ConfigMap ``<job>-runtime-snapshot``, and
+the TrainingRuntime or ClusterTrainingRuntime its ``runtimeRef`` names, read from the
+API server by the reconciler's hydration (absent: no such runtime) — ``now`` and a
+source of SSH key pairs (called only when the Secret must be made). Out: its
+:class:`~shared.core.effects.Effects`: the objects to create or update, the JobSet to
+delete past the deadline, the new status and the Events.
+
+Upstream's order: nothing for a job another controller manages (``managedBy``) or one
+being deleted; ``Failed`` taken off unless it is the deadline's; an unsupported
+``runtimeRef`` kind fails the job (``TrainingRuntimeNotSupported``); an unfinished
+job's objects are made from the runtime (the snapshot's, once there is one), each
+created when missing and, for the JobSet and PodGroup, brought to the plan only while
+the job or the JobSet is suspended (a running JobSet is never changed); then the
+Suspended condition, the JobSet's Complete, Failed and jobsStatus, and the deadline.
+
+Where kto differs: a plan that cannot be made because of the job or its runtime (the
+runtime missing, two ML policies, a patch naming a container the runtime does not
+have) is a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
+message naming the field, beside upstream's Warning Event of that reason; upstream
+only records the Event and retries. Like upstream's other Failed conditions it is
+decided afresh on every pass, so a runtime created later lets the job run.
+Level-triggered and pure: the same inputs give the same decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from shared.api import objects, trainer
+from shared.core import effects, errors, owners
+from shared.core.events import Event
+from shared.core.trainer import planning, podsets, sshkeys, statuses
+
+Manifest = dict[str, Any]
+
+MESSAGE_LIMIT = 950
+
+
+@dataclasses.dataclass
+class Observed:
+    """The objects of one TrainJob found among those observed for it."""
+
+    jobset: Manifest | None = None
+    pod_group: Manifest | None = None
+    secret: Manifest | None = None
+    hostfile: Manifest | None = None
+    snapshot: Manifest | None = None
+    runtime: Manifest | None = None
+
+
+def observe(job: Mapping[str, Any], children: Sequence[Manifest]) -> Observed:
+    name, namespace = objects.name_of(job), objects.namespace_of(job)
+    group, kind, runtime_name = planning.runtime_ref(job)
+    wanted = {
+        (podsets.JOBSET_KIND, name): "jobset", ("PodGroup", name): "pod_group",
+        ("Secret", planning.secret_name(job)): "secret", ("ConfigMap", planning.hostfile_name(job)): "hostfile",
+        ("ConfigMap", planning.snapshot_name(job)): "snapshot",
+    }
+    found = Observed()
+    for child in children:
+        child_kind, child_name = str(child.get("kind") or ""), objects.name_of(child)
+        if (child_kind, child_name) == (kind, runtime_name) and str(child.get("apiVersion", "")).startswith(group + "/"):
+            if kind == podsets.CLUSTER_TRAINING_RUNTIME or objects.namespace_of(child) == namespace:
+                found.runtime = child
+            continue
+        if (objects.namespace_of(child) or namespace) != namespace:
+            continue
+        field = wanted.get((child_kind, child_name))
+        if field is not None:
+            setattr(found, field, child)
+    return found
+
+
+def _subject(job: Mapping[str, Any]) -> str:
+    return f"{podsets.KIND} {objects.namespace_of(job)}/{objects.name_of(job)}"
+
+
+def _ours(job: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
+    return owners.is_controlled_by(child, podsets.KIND, objects.name_of(job), objects.uid_of(job))
+
+
+def creation_failed(message: str) -> Event:
+    """Upstream's Warning Event for a reconcile whose objects could not be made."""
+    text = f"TrainJob resources reconciliation failed: {message[:MESSAGE_LIMIT]}"
+    return Event("Warning", statuses.CREATION_FAILED_REASON, text + (" ..." if len(message) > MESSAGE_LIMIT else ""))
+
+
+def covers(current: Any, desired: Any) -> bool:
+    """Whether ``current`` already holds everything ``desired`` says (the API server's
+    defaults may add to it): objects key by key, lists item by item."""
+    if isinstance(desired, Mapping):
+        return isinstance(current, Mapping) and all(covers(current.get(k), v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(current, list) and len(current) == len(desired) and all(
+            covers(c, d) for c, d in zip(current, desired, strict=True))
+    return bool(current == desired)
+
+
+def _applied(current: Manifest, desired: Manifest, *fields: str) -> Manifest | None:
+    """``current`` with ``desired``'s labels, annotations and ``fields`` (as a server-side
+    apply by one manager leaves it), or None when it already holds them."""
+    meta, want = objects.meta(current), objects.meta(desired)
+    labels = {**objects.labels_of(current), **(want.get("labels") or {})}
+    annotations = {**objects.annotations_of(current), **(want.get("annotations") or {})}
+    if (labels == objects.labels_of(current) and annotations == objects.annotations_of(current)
+            and all(covers(current.get(f), desired.get(f)) for f in fields)):
+        return None
+    metadata = {**meta, "labels": labels, "annotations": annotations}
+    return {**current, "metadata": {k: v for k, v in metadata.items() if v != {} or k not in ("labels", "annotations")},
+            **{f: desired[f] for f in fields if f in desired}}
+
+
+class Stop(Exception):
+    """The objects cannot be made: ``message`` says why (upstream's words), ``by_input``
+    whether the job or its runtime is the cause (then kto fails the job too)."""
+
+    def __init__(self, message: str, by_input: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.by_input = by_input
+
+
+def runtime_of(job: Mapping[str, Any], found: Observed) -> tuple[Manifest, bool]:
+    """The runtime to build from (the snapshot's, else the live one) and whether its
+    snapshot must be made; :class:`Stop` when there is none."""
+    _, kind, name = planning.runtime_ref(job)
+    cluster = kind == podsets.CLUSTER_TRAINING_RUNTIME
+    if found.snapshot is not None:
+        try:
+            return planning.from_snapshot(job, found.snapshot), False
+        except errors.PlanError as exc:
+            raise Stop(("getting runtime snapshot: " if cluster else "unable to get runtime snapshot: ")
+                       + exc.message, True) from None
+    if found.runtime is None:
+        if cluster:
+            raise Stop(f'not found ClusterTrainingRuntime specified in TrainJob: '
+                       f'clustertrainingruntimes.trainer.kubeflow.org "{name}" not found', True)
+        raise Stop(f'TrainingRuntime specified in TrainJob is not found: '
+                   f'trainingruntimes.trainer.kubeflow.org "{name}" not found', True)
+    return found.runtime, True
+
+
+def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: Manifest | None, desired: Manifest,
+                    sync: bool, *fields: str) -> None:
+    """Create ``desired`` when missing; when ``sync``, bring the current one to it."""
+    if current is None:
+        decision.create(desired, "missing")
+        return
+    if not _ours(job, current):
+        raise Stop(f'{desired["kind"]} "{objects.name_of(desired)}" already exists and is not managed by '
+                   f"TrainJob {objects.name_of(job)}", False)
+    if sync:
+        updated = _applied(current, desired, *fields)
+        if updated is not None:
+            decision.update(updated, "differs from the runtime's plan")
+
+
+def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
+                      new_ssh_key: Callable[[], sshkeys.KeyPair]) -> None:
+    """The runtime's objects, made or brought to the plan (:class:`Stop` when they cannot be)."""
+    runtime, unsnapped = runtime_of(job, found)
+    try:
+        plan = planning.build(job, runtime)
+    except errors.PlanError as exc:
+        raise Stop(str(exc), True) from None
+    if unsnapped:
+        decision.create(planning.snapshot(job, runtime), "the runtime as this job first uses it (KEP 2599)")
+    suspended = bool(objects.spec_of(job).get("suspend"))
+    if plan.mpi and found.secret is None:
+        decision.create(planning.ssh_secret(job, new_ssh_key()), "missing")
+    if plan.hostfile is not None:
+        _create_or_sync(decision, job, found.hostfile, plan.hostfile, True, "data")
+    if plan.pod_group is not None:
+        _create_or_sync(decision, job, found.pod_group, plan.pod_group, suspended, "spec")
+    jobset_suspended = bool(objects.spec_of(found.jobset or {}).get("suspend"))
+    _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec")
+
+
+def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
+           new_ssh_key: Callable[[], sshkeys.KeyPair]) -> effects.Effects:
+    """The decision of one reconcile of ``job`` (see the module)."""
+    decision = effects.Effects()
+    managed_by = objects.spec_of(job).get("managedBy")
+    if managed_by is not None and managed_by != trainer.MANAGED_BY_TRAINER:
+        decision.step("skip", _subject(job), f"managed by {managed_by}")
+        return decision
+    if objects.is_deleting(job):
+        decision.step("skip", _subject(job), "being deleted")
+        return decision
+    found = observe(job, children)
+    old = statuses.of(job)
+    status = statuses.of(job)
+    statuses.without_failure(status)
+    group, kind, _ = planning.runtime_ref(job)
+    if group != podsets.GROUP or kind not in (podsets.TRAINING_RUNTIME, podsets.CLUSTER_TRAINING_RUNTIME):
+        group_kind = f"{kind}.{group}" if group else kind
+        status.fail(statuses.RUNTIME_NOT_SUPPORTED_REASON, f"unsupported runtime: {group_kind}", now)
+    elif not status.finished:
+        try:
+            reconcile_objects(decision, job, found, new_ssh_key)
+        except Stop as stop:
+            decision.creates, decision.updates = [], []
+            decision.stop(_subject(job), stop.message, creation_failed(stop.message))
+            if stop.by_input:
+                status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
+    statuses.set_suspended(job, status, now)
+    statuses.from_jobset(status, found.jobset, now)
+    ends = statuses.deadline(job, status, now)
+    if ends is not None and now > ends:
+        status.fail(statuses.DEADLINE_EXCEEDED_REASON, statuses.DEADLINE_EXCEEDED_MESSAGE, now)
+        decision.creates, decision.updates = [], []
+        if found.jobset is not None and _ours(job, found.jobset) and not objects.is_deleting(found.jobset):
+            decision.delete(found.jobset, "failed", "activeDeadlineSeconds exceeded")
+    elif ends is not None:
+        decision.requeue_after = max((ends - now).total_seconds(), 1.0)
+    if status.value != old.value:
+        decision.status = status
+    return decision
