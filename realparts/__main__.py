@@ -10,13 +10,14 @@ from __future__ import annotations
 import sys
 import time
 
-from realparts import caching, kafka, kube, strimzi, upstream
+from realparts import caching, kafka, kube, strimzi, trainer, upstream
 
 
 def main() -> int:
     for name, ensure in (("kubernetes", kube.ensure_binaries), ("kafka", kafka.ensure_kafka),
                          ("strimzi's CRDs", strimzi.ensure_crd_directory),
-                         (f"kubeflow's training-operator {upstream.VERSION}", upstream.ensure_binary)):
+                         (f"kubeflow's training-operator {upstream.VERSION}", upstream.ensure_binary),
+                         (f"kubeflow's trainer {trainer.VERSION} (manifests and examples)", trainer.ensure_module)):
         started = time.monotonic()
         try:
             where = ensure()

@@ -30,6 +30,8 @@ import re
 import sys
 from typing import Any
 
+from shared.kube import resources
+
 HELP = "Print a job's history (observations and decisions) from the kto.jobs topic."
 
 _EPILOG = """\
@@ -43,12 +45,7 @@ The broker is KTO_KAFKA_BOOTSTRAP (what `kto up` printed as bootstrap=...) unles
 --bootstrap is given.
 """
 
-KINDS = {
-    "PyTorchJob": ("pytorchjob", "pytorchjobs"), "TFJob": ("tfjob", "tfjobs"),
-    "XGBoostJob": ("xgboostjob", "xgboostjobs"), "MPIJob": ("mpijob", "mpijobs"),
-    "PaddleJob": ("paddlejob", "paddlejobs"), "JAXJob": ("jaxjob", "jaxjobs"),
-    "TrainingJob": ("trainingjob", "trainingjobs"),
-}
+KINDS = {kind: (kind.lower(), rt.plural) for kind, rt in resources.JOB_TYPES.items()}
 """Job kind → the names kubectl accepts for it (besides the kind itself, any case)."""
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")

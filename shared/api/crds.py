@@ -28,8 +28,14 @@ et-operator's three CRDs (``kai.alibabacloud.com/v1alpha1``) are upstream's
 schemas, kept as data in ``crds_et_operator.yaml`` (pod templates free-form),
 with the descriptions of ``shared.api.elastic``'s models added.
 
+Kubeflow Trainer v2's three kinds (``trainer.kubeflow.org/v1alpha1``, :func:`trainer_crd`) are
+generated from ``shared.api.trainer`` as the v1 kinds are, with upstream's kubebuilder markers read
+from each field's ``json_schema_extra`` and a model's ``CRD`` (:func:`_mark`) and a field's model
+default as the schema's ``default``; tests/deploy/test_trainer_crds.py compares them with upstream's
+field by field.
+
 ``python -m shared.api.crds DIR`` writes ``DIR/kubeflow.org_<plural>.yaml``
-and ``DIR/kai.alibabacloud.com_<plural>.yaml``; that script entry point and
+and ``DIR/kai.alibabacloud.com_<plural>.yaml`` and ``DIR/trainer.kubeflow.org_<plural>.yaml``; that script entry point and
 the reading of the data files are the only code here that touches the file
 system.
 """
@@ -46,13 +52,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
+import pydantic_core
 import yaml
 
-from shared.api import common, elastic, jobs, jobsets, mpijobs
+from shared.api import common, elastic, jobs, jobsets, mpijobs, trainer
 
 Schema = dict[str, Any]
 ETKind = type[elastic.TrainingJob] | type[elastic.ScaleIn] | type[elastic.ScaleOut]
-Kind = type[jobs.Job] | ETKind | type[jobsets.JobSet]
+TrainerKind = type[trainer.TrainJob] | type[trainer.TrainingRuntime] | type[trainer.ClusterTrainingRuntime]
+Kind = type[jobs.Job] | ETKind | type[jobsets.JobSet] | TrainerKind
 
 _INT64_FIELDS = {(common.RunPolicy, "active_deadline_seconds")}
 """int fields that are int64 upstream; every other int is int32."""
@@ -102,9 +110,17 @@ _LABEL_SELECTOR: Schema = {
     "x-kubernetes-map-type": "atomic",
 }
 
+_QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_RESOURCES: Schema = {"type": "object", "additionalProperties": {**_QUANTITY, "pattern": _QUANTITY_PATTERN}}
+"""A ResourceList as the Kubernetes schema has it (Trainer's CRDs embed it)."""
+
 _OVERRIDES: dict[tuple[type[pydantic.BaseModel], str], Schema] = {
     (common.ReplicaStatus, "label_selector"): _LABEL_SELECTOR,
     (common.SchedulingPolicy, "min_resources"): {"type": "object", "additionalProperties": _QUANTITY},
+    (trainer.ResourceRequirements, "limits"): _RESOURCES,
+    (trainer.ResourceRequirements, "requests"): _RESOURCES,
+    (trainer.ResourceFieldSelector, "divisor"): {**_QUANTITY, "pattern": _QUANTITY_PATTERN},
 }
 """Fields whose model type is looser than the upstream schema."""
 
@@ -153,7 +169,7 @@ def _schema_of_type(annotation: Any) -> Schema:
 def _schema_of_field(model: type[pydantic.BaseModel], name: str) -> Schema:
     key = (model, name)
     if key in _OVERRIDES:
-        return _OVERRIDES[key]
+        return copy.deepcopy(_OVERRIDES[key])  # described in place later: one copy per use
     field = model.model_fields[name]
     schema = _schema_of_type(field.annotation)
     if key in _INT64_FIELDS:
@@ -162,7 +178,26 @@ def _schema_of_field(model: type[pydantic.BaseModel], name: str) -> Schema:
         schema["default"] = _DEFAULTS[key]
     if key in _VALIDATIONS:
         schema["x-kubernetes-validations"] = _VALIDATIONS[key]
+    if field.default is not None and field.default is not pydantic_core.PydanticUndefined and isinstance(
+            field.default, (bool, int, str)):
+        schema["default"] = field.default  # a model default is the API server's (trainer's +kubebuilder:default)
+    if isinstance(field.json_schema_extra, dict):
+        _mark(schema, field.json_schema_extra)
     return schema
+
+
+def _mark(schema: Schema, markers: dict[str, Any]) -> None:
+    """Merge a field's kubebuilder markers (its ``json_schema_extra``) into its schema, in place: ``items``
+    goes into the list's item schema, and a None marker removes what the type gave (a format)."""
+    for key, value in markers.items():
+        if key == "items" and isinstance(value, dict):
+            _mark(schema["items"], value)
+        elif key == "required":
+            schema[key] = sorted({*schema.get(key, []), *value})
+        elif value is None:
+            schema.pop(key, None)
+        else:
+            schema[key] = copy.deepcopy(value)
 
 
 def _schema_of_model(
@@ -178,9 +213,12 @@ def _schema_of_model(
         properties[alias] = _schema_of_field(model, name)
         if field.is_required() and alias not in required_names:
             required_names.append(alias)
-    schema: Schema = {"type": "object", "properties": dict(sorted(properties.items()))}
+    schema: Schema = {"type": "object"}
+    if properties:
+        schema["properties"] = dict(sorted(properties.items()))
     if required_names:
         schema["required"] = sorted(required_names)
+    _mark(schema, getattr(model, "CRD", {}))
     return schema
 
 
@@ -407,6 +445,68 @@ def et_crd(cls: ETKind) -> dict[str, Any]:
     return definition
 
 
+_API_VERSION_TEXT = (
+    "APIVersion defines the versioned schema of this representation of an object. Servers should convert "
+    "recognized schemas to the latest internal value, and may reject unrecognized values. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources")
+_KIND_TEXT = (
+    "Kind is a string value representing the REST resource this object represents. Servers may infer this "
+    "from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds")
+
+
+def _trainer_printer_columns(cls: TrainerKind) -> list[Schema]:
+    if cls is not trainer.TrainJob:
+        return []
+    return [{"jsonPath": ".status.conditions[-1:].type", "name": "State", "type": "string"},
+            {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"}]
+
+
+def _trainer_subresources(cls: TrainerKind) -> Schema:
+    return {"status": {}} if cls is trainer.TrainJob else {}
+
+
+def trainer_crd(cls: TrainerKind) -> dict[str, Any]:
+    """The CRD of one Trainer v2 kind (``trainer.kubeflow.org/v1alpha1``), upstream v2.3.0's schema
+    generated from :mod:`shared.api.trainer`'s models, their kubebuilder markers (``json_schema_extra``,
+    a model's ``CRD``) and defaults.
+
+    Kept free-form (``x-kubernetes-preserve-unknown-fields``) where upstream embeds a big Kubernetes or
+    JobSet schema: a runtime's ``spec.template.spec`` (JobSet's JobSetSpec, pod templates within), and in
+    a TrainJob's ``runtimePatches`` the pod's ``volumes``, ``affinity`` and ``securityContext`` and a
+    container's ``securityContext``; an env var's ``valueFrom`` and a resource claim too. The API server
+    keeps what is given there unchecked; tests/deploy/test_trainer_crds.py lists these places."""
+    properties: Schema = {
+        "apiVersion": {"description": _API_VERSION_TEXT, "type": "string"},
+        "kind": {"description": _KIND_TEXT, "type": "string"},
+        "metadata": {"type": "object"},
+        "spec": _schema_of_type(cls.model_fields["spec"].annotation),
+    }
+    if cls is trainer.TrainJob:
+        properties["status"] = _schema_of_type(trainer.TrainJobStatus)
+    schema: Schema = {"type": "object", "properties": properties}
+    _mark(schema, getattr(cls, "CRD", {}))
+    version: Schema = {"name": trainer.VERSION, "served": True, "storage": True}
+    if columns := _trainer_printer_columns(cls):
+        version["additionalPrinterColumns"] = columns
+    version["schema"] = {"openAPIV3Schema": schema}
+    if subresources := _trainer_subresources(cls):
+        version["subresources"] = subresources
+    definition: dict[str, Any] = copy.deepcopy({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{cls.PLURAL}.{trainer.GROUP}"},
+        "spec": {
+            "group": trainer.GROUP,
+            "names": {"kind": cls.KIND, "listKind": f"{cls.KIND}List", "plural": cls.PLURAL, "singular": cls.SINGULAR},
+            "scope": "Cluster" if cls is trainer.ClusterTrainingRuntime else "Namespaced",
+            "versions": [version],
+        },
+    })
+    _describe_object(definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"], cls)
+    return definition
+
+
 def jobset_crd() -> dict[str, Any]:
     """JobSet's CustomResourceDefinition, from :mod:`shared.api.jobsets`: upstream's names, printer
     columns and status subresource; each replicated job's Job template free-form."""
@@ -450,12 +550,17 @@ def file_name(cls: Kind) -> str:
     """``<group>_<plural>.yaml`` (``kubeflow.org_pytorchjobs.yaml``), as upstream names its CRD files."""
     if cls is jobsets.JobSet:
         return f"{jobsets.GROUP}_{jobsets.PLURAL}.yaml"
-    group = jobs.GROUP if issubclass(cls, jobs.Job) else elastic.GROUP
+    if issubclass(cls, jobs.Job):
+        group = jobs.GROUP
+    elif cls in trainer.KINDS.values():
+        group = trainer.GROUP
+    else:
+        group = elastic.GROUP
     return f"{group}_{cls.PLURAL}.yaml"
 
 
 def definition(cls: Kind) -> dict[str, Any]:
-    """The CRD of any kind kto serves (:func:`crd`, :func:`et_crd` or :func:`jobset_crd`)."""
+    """The CRD of any kind kto serves (:func:`crd`, :func:`et_crd`, :func:`jobset_crd` or :func:`trainer_crd`)."""
     if cls is jobsets.JobSet:
         return jobset_crd()
     for job_cls in jobs.KINDS.values():
@@ -464,6 +569,9 @@ def definition(cls: Kind) -> dict[str, Any]:
     for et_cls in elastic.KINDS.values():
         if cls is et_cls:
             return et_crd(et_cls)
+    for trainer_cls in trainer.KINDS.values():
+        if cls is trainer_cls:
+            return trainer_crd(trainer_cls)
     raise TypeError(f"kto serves no kind {cls!r}")
 
 
@@ -475,7 +583,7 @@ def render(cls: Kind) -> str:
 
 def files() -> dict[str, str]:
     """Every CRD file: name → text."""
-    kinds: list[Kind] = [*jobs.KINDS.values(), *elastic.KINDS.values(), jobsets.JobSet]
+    kinds: list[Kind] = [*jobs.KINDS.values(), *elastic.KINDS.values(), jobsets.JobSet, *trainer.KINDS.values()]
     return {file_name(cls): render(cls) for cls in kinds}
 
 

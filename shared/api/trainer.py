@@ -103,10 +103,112 @@ class LocalObjectReference(common.Model):
     """LocalObjectReference contains enough information to let you locate the referenced object inside
     the same namespace."""
 
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-map-type": "atomic"}
+
     name: str | None = pydantic.Field(None, json_schema_extra={"default": ""})
     """Name of the referent. This field is effectively required, but due to backwards compatibility is
     allowed to be empty. Instances of this type with an empty value here are almost certainly wrong.
     More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names"""
+
+
+class ConfigMapKeySelector(common.Model):
+    """Selects a key of a ConfigMap."""
+
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-map-type": "atomic"}
+
+    key: str
+    """The key to select."""
+    name: str | None = pydantic.Field(None, json_schema_extra={"default": ""})
+    """Name of the referent. This field is effectively required, but due to backwards compatibility is
+    allowed to be empty. Instances of this type with an empty value here are almost certainly wrong.
+    More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names"""
+    optional: bool | None = None
+    """Specify whether the ConfigMap or its key must be defined"""
+
+
+class SecretKeySelector(common.Model):
+    """Selects a key of a secret in the pod's namespace"""
+
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-map-type": "atomic"}
+
+    key: str
+    """The key of the secret to select from.  Must be a valid secret key."""
+    name: str | None = pydantic.Field(None, json_schema_extra={"default": ""})
+    """Name of the referent. This field is effectively required, but due to backwards compatibility is
+    allowed to be empty. Instances of this type with an empty value here are almost certainly wrong.
+    More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names"""
+    optional: bool | None = None
+    """Specify whether the Secret or its key must be defined"""
+
+
+class FieldSelector(common.Model):
+    """Selects a field of the pod: supports metadata.name, metadata.namespace, `metadata.labels['<KEY>']`,
+    `metadata.annotations['<KEY>']`, spec.nodeName, spec.serviceAccountName, status.hostIP, status.podIP,
+    status.podIPs."""
+
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-map-type": "atomic"}
+
+    api_version: str | None = None
+    """Version of the schema the FieldPath is written in terms of, defaults to "v1"."""
+    field_path: str
+    """Path of the field to select in the specified API version."""
+
+
+class FileKeySelector(common.Model):
+    """FileKeyRef selects a key of the env file. Requires the EnvFiles feature gate to be enabled."""
+
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-map-type": "atomic"}
+
+    key: str
+    """The key within the env file. An invalid key will prevent the pod from starting. The keys defined
+    within a source may consist of any printable ASCII characters except '='. During Alpha stage of the
+    EnvFiles feature gate, the key size is limited to 128 characters."""
+    optional: bool | None = pydantic.Field(None, json_schema_extra={"default": False})
+    """Specify whether the file or its key must be defined. If the file or key does not exist, then the env
+    var is not published. If optional is set to true and the specified key does not exist, the environment
+    variable will not be set in the Pod's containers.
+
+    If optional is set to false and the specified key does not exist, an error will be returned during
+    Pod creation."""
+    path: str
+    """The path within the volume from which to select the file. Must be relative and may not contain the
+    '..' path or start with '..'."""
+    volume_name: str
+    """The name of the volume mount containing the env file."""
+
+
+class ResourceFieldSelector(common.Model):
+    """Selects a resource of the container: only resources limits and requests (limits.cpu,
+    limits.memory, limits.ephemeral-storage, requests.cpu, requests.memory and
+    requests.ephemeral-storage) are currently supported."""
+
+    CRD: ClassVar[dict[str, Any]] = {"x-kubernetes-map-type": "atomic"}
+
+    container_name: str | None = None
+    """Container name: required for volumes, optional for env vars"""
+    divisor: str | int | None = None
+    """Specifies the output format of the exposed resources, defaults to \"1\""""
+    resource: str
+    """Required: resource to select"""
+
+
+class EnvVarSource(common.Model):
+    """Source for the environment variable's value. Cannot be used if value is not empty."""
+
+    config_map_key_ref: ConfigMapKeySelector | None = None
+    """Selects a key of a ConfigMap."""
+    field_ref: FieldSelector | None = None
+    """Selects a field of the pod: supports metadata.name, metadata.namespace, `metadata.labels['<KEY>']`,
+    `metadata.annotations['<KEY>']`, spec.nodeName, spec.serviceAccountName, status.hostIP, status.podIP,
+    status.podIPs."""
+    file_key_ref: FileKeySelector | None = None
+    """FileKeyRef selects a key of the env file. Requires the EnvFiles feature gate to be enabled."""
+    resource_field_ref: ResourceFieldSelector | None = None
+    """Selects a resource of the container: only resources limits and requests (limits.cpu, limits.memory,
+    limits.ephemeral-storage, requests.cpu, requests.memory and requests.ephemeral-storage) are currently
+    supported."""
+    secret_key_ref: SecretKeySelector | None = None
+    """Selects a key of a secret in the pod's namespace"""
 
 
 class EnvVar(common.Model):
@@ -116,21 +218,43 @@ class EnvVar(common.Model):
     """Name of the environment variable. May consist of any printable ASCII characters except '='."""
     value: str | None = None
     """Variable references $(VAR_NAME) are expanded using the previously defined environment variables in
-    the container and any service environment variables. Defaults to ""."""
-    value_from: common.Manifest | None = None
+    the container and any service environment variables. If a variable cannot be resolved, the reference
+    in the input string will be unchanged. Double $$ are reduced to a single $, which allows for escaping
+    the $(VAR_NAME) syntax: i.e. "$$(VAR_NAME)" will produce the string literal "$(VAR_NAME)". Escaped
+    references will never be expanded, regardless of whether the variable exists or not. Defaults to ""."""
+    value_from: EnvVarSource | None = None
     """Source for the environment variable's value. Cannot be used if value is not empty."""
+
+
+class ResourceClaim(common.Model):
+    """ResourceClaim references one entry in PodSpec.ResourceClaims."""
+
+    name: str
+    """Name must match the name of one entry in pod.spec.resourceClaims of the Pod where this field is
+    used. It makes that resource available inside a container."""
+    request: str | None = None
+    """Request is the name chosen for a request in the referenced claim. If empty, everything from the
+    claim is made available, otherwise only the result of this request."""
 
 
 class ResourceRequirements(common.Model):
     """ResourceRequirements describes the compute resource requirements."""
 
-    claims: list[common.Manifest] | None = pydantic.Field(None, json_schema_extra=_map_list("name"))
+    claims: list[ResourceClaim] | None = pydantic.Field(None, json_schema_extra=_map_list("name"))
     """Claims lists the names of resources, defined in spec.resourceClaims, that are used by this
-    container."""
+    container.
+
+    This field depends on the DynamicResourceAllocation feature gate.
+
+    This field is immutable. It can only be set for containers."""
     limits: dict[str, str | int | float] | None = None
-    """Limits describes the maximum amount of compute resources allowed."""
+    """Limits describes the maximum amount of compute resources allowed. More info:
+    https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/"""
     requests: dict[str, str | int | float] | None = None
-    """Requests describes the minimum amount of compute resources required."""
+    """Requests describes the minimum amount of compute resources required. If Requests is omitted for a
+    container, it defaults to Limits if that is explicitly specified, otherwise to an implementation-defined
+    value. Requests cannot exceed Limits. More info:
+    https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/"""
 
 
 class Toleration(common.Model):
@@ -138,16 +262,24 @@ class Toleration(common.Model):
     <key,value,effect> using the matching operator <operator>."""
 
     key: str | None = None
-    """Key is the taint key that the toleration applies to. Empty means match all taint keys."""
+    """Key is the taint key that the toleration applies to. Empty means match all taint keys. If the key is
+    empty, operator must be Exists; this combination means to match all values and all keys."""
     operator: str | None = None
-    """Operator represents a key's relationship to the value. Valid operators are Exists and Equal."""
+    """Operator represents a key's relationship to the value. Valid operators are Exists, Equal, Lt, and
+    Gt. Defaults to Equal. Exists is equivalent to wildcard for value, so that a pod can tolerate all taints
+    of a particular category. Lt and Gt perform numeric comparisons (requires feature gate
+    TaintTolerationComparisonOperators)."""
     value: str | None = None
-    """Value is the taint value the toleration matches to."""
+    """Value is the taint value the toleration matches to. If the operator is Exists, the value should be
+    empty, otherwise just a regular string."""
     effect: str | None = None
-    """Effect indicates the taint effect to match. Empty means match all taint effects."""
+    """Effect indicates the taint effect to match. Empty means match all taint effects. When specified,
+    allowed values are NoSchedule, PreferNoSchedule and NoExecute."""
     toleration_seconds: int | None = pydantic.Field(None, json_schema_extra={"format": "int64"})
-    """TolerationSeconds represents the period of time the toleration (which must be of effect
-    NoExecute) tolerates the taint."""
+    """TolerationSeconds represents the period of time the toleration (which must be of effect NoExecute,
+    otherwise this field is ignored) tolerates the taint. By default, it is not set, which means tolerate
+    the taint forever (do not evict). Zero and negative values will be treated as 0 (evict immediately)
+    by the system."""
 
 
 class VolumeMount(common.Model):
@@ -159,15 +291,34 @@ class VolumeMount(common.Model):
     """Path within the container at which the volume should be mounted. Must not contain ':'."""
     mount_propagation: str | None = None
     """mountPropagation determines how mounts are propagated from the host to container and the other
-    way around."""
+    way around. When not set, MountPropagationNone is used. This field is beta in 1.10. When
+    RecursiveReadOnly is set to IfPossible or to Enabled, MountPropagation must be None or unspecified
+    (which defaults to None)."""
     read_only: bool | None = None
     """Mounted read-only if true, read-write otherwise (false or unspecified). Defaults to false."""
     recursive_read_only: str | None = None
-    """RecursiveReadOnly specifies whether read-only mounts should be handled recursively."""
+    """RecursiveReadOnly specifies whether read-only mounts should be handled recursively.
+
+    If ReadOnly is false, this field has no meaning and must be unspecified.
+
+    If ReadOnly is true, and this field is set to Disabled, the mount is not made recursively read-only.
+    If this field is set to IfPossible, the mount is made recursively read-only, if it is supported by the
+    container runtime.  If this field is set to Enabled, the mount is made recursively read-only if it is
+    supported by the container runtime, otherwise the pod will not be started and an error will be
+    generated to indicate the reason.
+
+    If this field is set to IfPossible or Enabled, MountPropagation must be set to None (or be
+    unspecified, which defaults to None).
+
+    If this field is not specified, it is treated as an equivalent of Disabled."""
     sub_path: str | None = None
-    """Path within the volume from which the container's volume should be mounted."""
+    """Path within the volume from which the container's volume should be mounted. Defaults to ""
+    (volume's root)."""
     sub_path_expr: str | None = None
-    """Expanded path within the volume from which the container's volume should be mounted."""
+    """Expanded path within the volume from which the container's volume should be mounted. Behaves
+    similarly to SubPath but environment variable references $(VAR_NAME) are expanded using the
+    container's environment. Defaults to "" (volume's root). SubPathExpr and SubPath are mutually
+    exclusive."""
 
 
 class SchedulingGate(common.Model):
@@ -432,8 +583,7 @@ class DatasetInitializer(common.Model):
     env: list[EnvVar] | None = pydantic.Field(None, json_schema_extra=_map_list("name", 128))
     """env is the list of environment variables to set in the dataset initializer container. These values
     will be merged with the TrainingRuntime's dataset initializer environments."""
-    secret_ref: LocalObjectReference | None = pydantic.Field(
-        None, json_schema_extra={"x-kubernetes-map-type": "atomic"})
+    secret_ref: LocalObjectReference | None = None
     """secretRef is the reference to the secret with credentials to download dataset. Secret must be
     created in the TrainJob's namespace."""
 
@@ -448,8 +598,7 @@ class ModelInitializer(common.Model):
     env: list[EnvVar] | None = pydantic.Field(None, json_schema_extra=_map_list("name", 128))
     """env is the list of environment variables to set in the model initializer container. These values
     will be merged with the TrainingRuntime's model initializer environments."""
-    secret_ref: LocalObjectReference | None = pydantic.Field(
-        None, json_schema_extra={"x-kubernetes-map-type": "atomic"})
+    secret_ref: LocalObjectReference | None = None
     """secretRef is the reference to the secret with credentials to download model. Secret must be
     created in the TrainJob's namespace."""
 
@@ -479,8 +628,7 @@ class Trainer(common.Model):
     """env is the list of environment variables to set in the training container. These values will be
     merged with the TrainingRuntime's trainer environments."""
     num_nodes: int | None = None
-    """numNodes is the number of training nodes. TODO (andreyvelich): Do we want to support dynamic num of
-    nodes in TrainJob for PyTorch elastic: `--nnodes=1:4` ?"""
+    """numNodes is the number of training nodes."""
     resources_per_node: ResourceRequirements | None = None
     """resourcesPerNode defines the compute resources for each training node."""
     num_proc_per_node: int | None = None
@@ -506,13 +654,24 @@ class ContainerPatch(common.Model):
     https://kubernetes.io/docs/tasks/configure-pod-container/security-context/"""
 
 
+_VOLUME: dict[str, Any] = {
+    "description": "Volume represents a named volume in a pod that may be accessed by any container in the pod.",
+    "properties": {"name": {
+        "description": "name of the volume. Must be a DNS_LABEL and unique within the pod. More info: "
+                       "https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names",
+        "type": "string"}},
+    "required": ["name"],
+}
+"""What kto's schema keeps of a Volume (any object with a name; upstream's schema is Kubernetes' whole one)."""
+
+
 class PodSpecPatch(common.Model):
     """spec patches the Pod spec with the fields managers are permitted to set."""
 
     service_account_name: str | None = pydantic.Field(None, json_schema_extra={"maxLength": 253, **_IMMUTABLE})
     """serviceAccountName patches the service account for the Pods in the target job templates."""
     volumes: list[common.Manifest] | None = pydantic.Field(
-        None, json_schema_extra=_map_list("name", 128, **_IMMUTABLE))
+        None, json_schema_extra=_map_list("name", 128, items=_VOLUME, **_IMMUTABLE))
     """volumes patches the Pod's volumes."""
     init_containers: list[ContainerPatch] | None = pydantic.Field(
         None, json_schema_extra=_map_list("name", 64, **_IMMUTABLE))
@@ -661,20 +820,26 @@ class Condition(common.Model):
     status: common.ConditionStatus
     """status of the condition, one of True, False, Unknown."""
     observed_generation: int | None = pydantic.Field(None, json_schema_extra={"format": "int64", "minimum": 0})
-    """observedGeneration represents the .metadata.generation that the condition was set based upon."""
+    """observedGeneration represents the .metadata.generation that the condition was set based upon. For
+    instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is
+    9, the condition is out of date with respect to the current state of the instance."""
     last_transition_time: common.Time
-    """lastTransitionTime is the last time the condition transitioned from one status to another."""
+    """lastTransitionTime is the last time the condition transitioned from one status to another. This
+    should be when the underlying condition changed.  If that is not known, then using the time when the
+    API field changed is acceptable."""
     reason: str = pydantic.Field(json_schema_extra={
         "minLength": 1, "maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"})
     """reason contains a programmatic identifier indicating the reason for the condition's last
-    transition."""
+    transition. Producers of specific condition types may define expected values and meanings for this
+    field, and whether the values are considered a guaranteed API. The value should be a CamelCase string.
+    This field may not be empty."""
     message: str = pydantic.Field(json_schema_extra={"maxLength": 32768})
     """message is a human readable message indicating details about the transition. This may be an empty
     string."""
 
 
 class JobStatus(common.Model):
-    """jobsStatus tracks the child Jobs in TrainJob."""
+    # No class docstring: it would describe each item of jobsStatus, which upstream leaves undescribed.
 
     _COUNT: ClassVar[dict[str, Any]] = {"minimum": 0}
 
@@ -695,7 +860,7 @@ class JobStatus(common.Model):
 
 
 class Metric(common.Model):
-    """metrics contains the current metrics for the model."""
+    # No class docstring: it would describe each item of metrics, which upstream leaves undescribed.
 
     name: str = pydantic.Field(json_schema_extra=_name(64))
     """name is a user-defined label for the metric, e.g. "loss", "eval_accuracy"."""

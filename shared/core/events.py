@@ -19,6 +19,7 @@ from typing import Any, Literal
 from shared.api import objects
 
 MPI_KIND = "MPIJob"
+TRAINJOB_KIND = "TrainJob"
 TTL_JOB_REASON_KINDS = frozenset({"TFJob", "XGBoostJob", "MPIJob"})
 """Kinds whose TTL deletion says ``SuccessfulDeleteJob``; the others say ``SuccessfulDeletePod`` (upstream's quirk, kept on the wire)."""
 
@@ -53,12 +54,24 @@ def created(kind: str, child_kind: str, name: str) -> Event | None:
 
 
 def create_failed(kind: str, child_kind: str, name: str, error: str) -> Event | None:
+    if kind == TRAINJOB_KIND:
+        return trainjob_creation_failed(error)
     if kind == MPI_KIND and child_kind == "Pod":
         what = "launcher" if _launcher(name) else "worker"
         return Event("Warning", "MPIJobFailed", f"{what} pod created failed: {error}")
     if child_kind not in _NOUNS:
         return None
     return Event("Warning", f"FailedCreate{child_kind}", f"Error creating: {error}")
+
+
+TRAINJOB_MESSAGE_LIMIT = 950
+
+
+def trainjob_creation_failed(error: str) -> Event:
+    """Trainer v2's one Warning for a TrainJob whose objects could not be made (its error
+    cut at 950 characters, as upstream cuts it)."""
+    cut = error[:TRAINJOB_MESSAGE_LIMIT] + (" ..." if len(error) > TRAINJOB_MESSAGE_LIMIT else "")
+    return Event("Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {cut}")
 
 
 def deleted(kind: str, child_kind: str, name: str, job_name: str) -> list[Event]:

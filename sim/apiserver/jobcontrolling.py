@@ -21,8 +21,16 @@ backoff after pod failures and for ``activeDeadlineSeconds``. Out, through the s
 
 The upstream sequence of status writes is kept (finished pods go to
 ``uncountedTerminatedPods`` first, their finalizers are removed, then they are counted), so
-a watcher sees the same intermediate states. Indexed completion, pod failure policies,
-success policies and per-index backoff limits are not implemented.
+a watcher sees the same intermediate states.
+
+Indexed completion mode (``completionMode: Indexed``): one pod per index ``0..completions-1``
+not yet succeeded (at most ``parallelism`` at once), named ``<job>-<index>-<random>``, with the
+``batch.kubernetes.io/job-completion-index`` annotation and label, the hostname
+``<job>-<index>`` and the ``JOB_COMPLETION_INDEX`` env (a fieldRef to that label) in every
+container; the indexes that succeeded in ``completedIndexes`` (``0-2,4``); the Job complete when
+every index succeeded; a failed index made again (the Job's backoffLimit counts every failure);
+pods of a succeeded or duplicated index deleted. Pod failure policies, success policies and
+per-index backoff limits are not implemented.
 
 Cheap by design: pods are indexed by their Job's uid as they come, a sync reads only its
 Job's pods, and pod events reach a Job at most once per ``BATCH`` seconds.
@@ -65,6 +73,12 @@ MAX_CREATE = 500
 """Pods created or deleted in one sync, as upstream."""
 RETRY = 0.2
 """Seconds before a sync that failed (other than by a conflict) is tried again."""
+
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+"""Annotation and label of an Indexed Job's pod: its completion index."""
+INDEX_ENV = "JOB_COMPLETION_INDEX"
+MAX_GENERATED_NAME = 58
+"""apimachinery's names.MaxGeneratedNameLength: a generateName longer than this is cut."""
 
 COMPLETE = ("CompletionsReached", "Reached expected number of succeeded pods")
 BACKOFF_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
@@ -205,6 +219,8 @@ def status_body(status: Obj) -> Obj:
     out: Obj = {}
     if status.get("conditions"):
         out["conditions"] = status["conditions"]
+    if status.get("completedIndexes"):
+        out["completedIndexes"] = status["completedIndexes"]
     for field in ("startTime", "completionTime"):
         if status.get(field):
             out[field] = status[field]
@@ -218,12 +234,64 @@ def status_body(status: Obj) -> Obj:
     return out
 
 
-def pod_from_template(job: Obj) -> Obj:
-    """A new pod of ``job``: its template's labels, annotations, finalizers (plus job-tracking) and spec."""
+def indexed(spec: Obj) -> bool:
+    """Whether a Job runs in Indexed completion mode (with its completions set, as validation wants)."""
+    return spec.get("completionMode") == "Indexed" and isinstance(spec.get("completions"), int)
+
+
+def index_of(pod: Obj) -> int | None:
+    """An Indexed Job pod's completion index (its annotation), None when it has none that parses."""
+    value = (objects.metadata(pod).get("annotations") or {}).get(INDEX_KEY)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def parse_indexes(text: str | None) -> set[int]:
+    """``completedIndexes`` (``1,3-5,7``) as a set; nothing for what does not parse."""
+    found: set[int] = set()
+    for part in (text or "").split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            found.update(range(int(first), int(last or first) + 1))
+    return found
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """A set of indexes as ``completedIndexes`` writes them: ordered intervals."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _with_index(name: str, template: Obj, index: int) -> str:
+    """The template as an Indexed Job's pod of ``index`` gets it; its generateName."""
+    meta = template.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), INDEX_KEY: str(index)}
+    meta["labels"] = {**(meta.get("labels") or {}), INDEX_KEY: str(index)}
+    spec = template.setdefault("spec", {})
+    spec["hostname"] = f"{name}-{index}"
+    for field in ("initContainers", "containers"):
+        for container in spec.get(field) or ():
+            env = container.setdefault("env", [])
+            if not any(isinstance(e, dict) and e.get("name") == INDEX_ENV for e in env):
+                env.append({"name": INDEX_ENV,
+                            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{INDEX_KEY}']"}}})
+    suffix = f"-{index}-"
+    prefix = name + suffix
+    return prefix if len(prefix) <= MAX_GENERATED_NAME else name[:MAX_GENERATED_NAME - len(suffix)] + suffix
+
+
+def pod_from_template(job: Obj, index: int | None = None) -> Obj:
+    """A new pod of ``job``: its template's labels, annotations, finalizers (plus job-tracking) and
+    spec; of completion ``index`` for an Indexed Job."""
     meta = job["metadata"]
-    template = job["spec"].get("template") or {}
+    template = copy.deepcopy(job["spec"].get("template") or {})
+    generate_name = f"{meta['name']}-" if index is None else _with_index(meta["name"], template, index)
     template_meta = objects.metadata(template)
-    pod_meta: Obj = {"generateName": f"{meta['name']}-"}
+    pod_meta: Obj = {"generateName": generate_name}
     for field in ("labels", "annotations"):
         if template_meta.get(field):
             pod_meta[field] = dict(template_meta[field])
@@ -233,7 +301,7 @@ def pod_from_template(job: Obj) -> Obj:
     pod_meta["finalizers"] = finalizers
     pod_meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
                                     "controller": True, "blockOwnerDeletion": True}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template.get("spec") or {}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +341,8 @@ class _Sync:
     terminating: int
     succeeded: int
     backoff: Backoff
+    completed: set[int] | None = None
+    """An Indexed Job's indexes that succeeded (None for a NonIndexed Job)."""
     finished: tuple[str, str, str] | None = None
     """(condition type, reason, message) the Job is heading for."""
 
@@ -450,6 +520,12 @@ class JobController:
                     terminating=sum(1 for p in pods if not _terminal(p) and _deleting(p)),
                     succeeded=int(status.get("succeeded") or 0) + len(new_succeeded) + len(counted_succeeded),
                     backoff=self._backoffs.get(uid, Backoff()).after(new_succeeded, new_failed))
+        if indexed(spec):
+            ctx.completed = parse_indexes(status.get("completedIndexes")) | {
+                i for p in pods if _phase(p) == "Succeeded" and (i := index_of(p)) is not None
+                and i < int(spec["completions"])}
+            ctx.succeeded = len(ctx.completed)
+            status["completedIndexes"] = format_indexes(ctx.completed)
         failed = int(status.get("failed") or 0) + len(new_failed) + len(counted_failed)
         conditions: list[Obj] = status.setdefault("conditions", [])
         met = _condition(conditions, "SuccessCriteriaMet")
@@ -507,6 +583,9 @@ class JobController:
             return
         parallelism = int(spec.get("parallelism") or 0)
         completions = spec.get("completions")
+        if ctx.completed is not None:
+            await self._manage_indexes(ctx, active_pods, int(completions), parallelism)
+            return
         if completions is None:
             wanted = ctx.active if ctx.succeeded > 0 else parallelism
         else:
@@ -521,16 +600,49 @@ class JobController:
         missing = wanted - holding - ctx.active
         if missing <= 0:
             return
-        wait = ctx.backoff.remaining(self._settings.job_backoff, time.time())
-        if wait > 0:
-            self._enqueue(("job", ctx.job["metadata"]["namespace"], ctx.job["metadata"]["name"]), max(wait, BATCH))
-            # Upstream reports no active pods while it waits out the backoff.
-            ctx.active = 0
+        if self._backing_off(ctx):
             return
         namespace = ctx.job["metadata"]["namespace"]
         for _ in range(min(missing, MAX_CREATE)):
             pod = await self._store.create("pods", pod_from_template(ctx.job), namespace)
             # Indexed now rather than when the event comes: the next sync must see it.
+            self._on_pod("ADDED", pod)
+            ctx.active += 1
+
+    def _backing_off(self, ctx: _Sync) -> bool:
+        """Whether the Job waits out its backoff before a new pod (then synced again after it)."""
+        wait = ctx.backoff.remaining(self._settings.job_backoff, time.time())
+        if wait <= 0:
+            return False
+        self._enqueue(("job", ctx.job["metadata"]["namespace"], ctx.job["metadata"]["name"]), max(wait, BATCH))
+        # Upstream reports no active pods while it waits out the backoff.
+        ctx.active = 0
+        return True
+
+    async def _manage_indexes(self, ctx: _Sync, active_pods: list[Obj], completions: int, parallelism: int) -> None:
+        """Indexed mode: pods of a succeeded, duplicated or unknown index go; the lowest indexes
+        with no pod and no success get one, up to ``parallelism`` active."""
+        completed = ctx.completed or set()
+        running: set[int] = set()
+        surplus: list[Obj] = []
+        for pod in sorted(active_pods, key=_removal_order, reverse=True):
+            index = index_of(pod)
+            if index is None or index >= completions or index in completed or index in running:
+                surplus.append(pod)
+            else:
+                running.add(index)
+        if surplus:
+            await self._delete(ctx, surplus[:MAX_CREATE], keep_finalizer=False)
+            return
+        pending = [i for i in range(completions) if i not in completed and i not in running]
+        room = min(parallelism, completions - len(completed)) - ctx.active
+        if not pending or room <= 0:
+            return
+        if self._backing_off(ctx):
+            return
+        meta = ctx.job["metadata"]
+        for index in pending[:min(room, MAX_CREATE)]:
+            pod = await self._store.create("pods", pod_from_template(ctx.job, index), meta["namespace"])
             self._on_pod("ADDED", pod)
             ctx.active += 1
 

@@ -1342,6 +1342,10 @@ def _default_container(container: Obj) -> None:
     tag = image.rsplit("/", 1)[-1]
     latest = "@" not in tag and (":" not in tag or tag.endswith(":latest"))
     container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    for variable in container.get("env") or ():
+        field_ref = ((variable.get("valueFrom") or {}).get("fieldRef") if isinstance(variable, dict) else None)
+        if isinstance(field_ref, dict):
+            field_ref.setdefault("apiVersion", "v1")
 
 
 def _qos_class(spec: Obj) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
-from shared.api import elastic, jobs, mpijobs
+from shared.api import elastic, jobs, jobsets, mpijobs, trainer
 from shared.core import admitting, basis, effects, families, kubeflow_v1, outcomes, plans, preparing, settings
 from shared.core.elastic import family as elastic_family
 from shared.core.mpi_v2 import family as mpi_v2_family
@@ -45,9 +45,10 @@ def test_a_trainingjob_resolves_to_et_operators_family_and_a_strange_kind_to_non
 
 
 def test_the_registry_knows_every_kind_and_who_writes_its_status() -> None:
-    assert families.REGISTRY.kinds == {*jobs.KINDS, elastic.TrainingJob.KIND}
+    assert families.REGISTRY.kinds == {*jobs.KINDS, elastic.TrainingJob.KIND, jobsets.KIND, trainer.TRAINJOB_KIND}
     assert families.REGISTRY.status_kinds == set(jobs.KINDS)
     assert elastic_family.FAMILY.status_writer == "reconciler"
+    assert families.REGISTRY.controllers[trainer.TRAINJOB_KIND] == "trainjob_controller"
 
 
 @pytest.mark.parametrize(("api_version", "kind", "is_job"), [
@@ -57,6 +58,8 @@ def test_the_registry_knows_every_kind_and_who_writes_its_status() -> None:
     pytest.param(elastic.API_VERSION, "TrainingJob", True, id="trainingjob"),
     pytest.param(elastic.API_VERSION, "ScaleIn", False, id="scalein-is-not-a-job"),
     pytest.param("batch/v1", "Job", False, id="batch-job"),
+    pytest.param(trainer.API_VERSION, "TrainJob", True, id="trainjob"),
+    pytest.param(trainer.API_VERSION, "ClusterTrainingRuntime", False, id="a-runtime-is-not-a-job"),
 ])
 def test_which_objects_are_jobs(api_version: str, kind: str, is_job: bool) -> None:
     assert families.REGISTRY.is_job(api_version, kind) is is_job

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 import yaml
 
-from shared.api import common, crds, elastic, jobs, jobsets, mpijobs
+from shared.api import common, crds, elastic, jobs, jobsets, mpijobs, trainer
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 KINDS = [pytest.param(cls, id=cls.KIND) for cls in jobs.KINDS.values()]
@@ -25,7 +25,7 @@ def schema_of(cls: type[jobs.Job]) -> dict[str, Any]:
 def test_exactly_one_committed_file_per_kind() -> None:
     """Every CRD is generated (the et-operator ones from upstream's schemas, tests/deploy/test_et_crds.py)."""
     committed = [*CRD_DIR.glob(f"{jobs.GROUP}_*.yaml"), *CRD_DIR.glob(f"{elastic.GROUP}_*.yaml"),
-                 *CRD_DIR.glob(f"{jobsets.GROUP}_*.yaml")]
+                 *CRD_DIR.glob(f"{trainer.GROUP}_*.yaml"), *CRD_DIR.glob(f"{jobsets.GROUP}_*.yaml")]
     assert sorted(p.name for p in committed) == sorted(crds.files())
 
 

@@ -460,6 +460,12 @@ def needed(service: str) -> set[Rule]:
     for rt in v1_kinds:  # restart count and failure verdict (merge patch), TTL delete
         found |= _rules("cluster", rt, "patch", "delete")
     found |= _rules("cluster", resources.TRAININGJOBS, "update", subresource="status")
+    # A TrainJob's: its runtime read by name, its JobSet made, brought to the plan while suspended
+    # and deleted past the deadline (shared/core/trainer/deciding.py), its status written.
+    for rt in resources.RUNTIME_TYPES.values():
+        found |= _rules("cluster", rt, "get")
+    found |= _rules("cluster", resources.JOBSETS, "create", "update", "delete")
+    found |= _rules("cluster", resources.TRAINJOBS, "update", subresource="status")
     # shared/core/jobsets: the JobSet's status PUT with its children, its deletion after its TTL
     found |= _rules("cluster", resources.JOBSETS, "delete") | _rules("cluster", resources.JOBSETS, "update",
                                                                      subresource="status")

@@ -275,6 +275,23 @@ async def test_job_with_parallel_completions(pair: Pair) -> None:
     await pair.run(scenario, pods=True)
 
 
+async def test_indexed_job(pair: Pair) -> None:
+    """One pod per index, as kube-controller-manager makes it (name, completion-index annotation and
+    label, hostname, JOB_COMPLETION_INDEX), and completedIndexes."""
+    async def scenario(api: Api, ns: str) -> Any:
+        body = job("j", {"sim.kto.dev/duration": "300ms"}, completions=3, parallelism=2, completionMode="Indexed")
+        body["spec"]["template"]["spec"]["subdomain"] = "sub"
+        await api.request("POST", batch_jobs(ns), body)
+        done = await finish(api, ns)
+        made = sorted(({"generateName": p["metadata"].get("generateName"), "labels": p["metadata"].get("labels"),
+                        "annotations": p["metadata"].get("annotations"), "hostname": p["spec"].get("hostname"),
+                        "env": p["spec"]["containers"][0].get("env"), "phase": p["status"]["phase"]}
+                       for p in done["pods"]), key=lambda p: str(p["generateName"]))
+        return {"job": done["job"], "pods": made}
+
+    await pair.run(scenario, pods=True)
+
+
 @pytest.mark.parametrize(("annotations", "limit"), [
     pytest.param({"sim.kto.dev/duration": "200ms", "sim.kto.dev/fail-times": "2"}, 6, id="restarts then succeeds"),
     pytest.param({"sim.kto.dev/duration": "200ms", "sim.kto.dev/exit-code": "1"}, 1, id="restarts past the limit"),

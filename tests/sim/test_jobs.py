@@ -175,3 +175,61 @@ async def test_a_job_wider_than_one_sync(tmp_path: pathlib.Path) -> None:
         status = cluster.store.peek("jobs.batch", "default", "huge")["status"]
         assert status["succeeded"] == 700 and status["uncountedTerminatedPods"] == {}
         assert len(job_pods(cluster, "huge")) == 700
+
+
+# --- Indexed completion mode ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "indexes"), [
+    pytest.param("", set(), id="none"),
+    pytest.param("0", {0}, id="one"),
+    pytest.param("0-2,4,6-7", {0, 1, 2, 4, 6, 7}, id="intervals"),
+])
+def test_completed_indexes_read_and_write_as_intervals(text: str, indexes: set[int]) -> None:
+    assert jobcontrolling.parse_indexes(text) == indexes
+    assert jobcontrolling.format_indexes(indexes) == text
+
+
+def test_an_indexed_pod_carries_its_index_as_annotation_label_hostname_and_env() -> None:
+    job = {"metadata": {"name": "js-workers-0", "uid": "u-1"}, "spec": {
+        "completionMode": "Indexed", "completions": 3, "template": {
+            "metadata": {"labels": {"a": "b"}},
+            "spec": {"subdomain": "js", "containers": [{"name": "c", "image": "i"}]}}}}
+    pod = jobcontrolling.pod_from_template(job, 2)
+    assert pod["metadata"]["generateName"] == "js-workers-0-2-"
+    assert pod["metadata"]["labels"] == {"a": "b", jobcontrolling.INDEX_KEY: "2"}
+    assert pod["metadata"]["annotations"] == {jobcontrolling.INDEX_KEY: "2"}
+    assert pod["spec"]["hostname"] == "js-workers-0-2" and pod["spec"]["subdomain"] == "js"
+    assert pod["spec"]["containers"][0]["env"] == [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {
+        "fieldRef": {"fieldPath": f"metadata.labels['{jobcontrolling.INDEX_KEY}']"}}}]
+    assert "hostname" not in job["spec"]["template"]["spec"], "the Job's template is left as it was"
+
+
+def test_a_long_job_name_is_cut_before_its_index_as_generated_names_are() -> None:
+    job = {"metadata": {"name": "x" * 63, "uid": "u"}, "spec": {"template": {"spec": {"containers": []}}}}
+    name = jobcontrolling.pod_from_template(job, 12)["metadata"]["generateName"]
+    assert len(name) == jobcontrolling.MAX_GENERATED_NAME and name.endswith("x-12-")
+
+
+async def test_an_indexed_job_runs_one_pod_per_index_and_records_completed_indexes(
+        sim_cluster: sim_cluster_module.Cluster) -> None:
+    await sim_cluster.store.create(
+        "jobs.batch", job("idx", completions=4, parallelism=2, completionMode="Indexed"), "default")
+    assert await until(lambda: "Complete" in true_conditions(sim_cluster, "idx"))
+    status = sim_cluster.store.peek("jobs.batch", "default", "idx")["status"]
+    assert status["completedIndexes"] == "0-3" and status["succeeded"] == 4
+    pods = job_pods(sim_cluster, "idx")
+    indexes = sorted(int(p["metadata"]["labels"][jobcontrolling.INDEX_KEY]) for p in pods)
+    assert indexes == [0, 1, 2, 3]
+    for pod in pods:
+        index = pod["metadata"]["annotations"][jobcontrolling.INDEX_KEY]
+        assert pod["metadata"]["name"].startswith(f"idx-{index}-") and pod["spec"]["hostname"] == f"idx-{index}"
+
+
+async def test_a_failed_index_is_made_again_until_the_backoff_limit(sim_cluster: sim_cluster_module.Cluster) -> None:
+    annotations = {"sim.kto.dev/exit-code": "1", "sim.kto.dev/duration": "50ms"}
+    await sim_cluster.store.create("jobs.batch", job(
+        "idx-flaky", annotations, completions=1, parallelism=1, completionMode="Indexed", backoffLimit=1), "default")
+    assert await until(lambda: "Failed" in true_conditions(sim_cluster, "idx-flaky"))
+    pods = job_pods(sim_cluster, "idx-flaky")
+    assert [p["metadata"]["labels"][jobcontrolling.INDEX_KEY] for p in pods] == ["0", "0"]
+    assert not sim_cluster.store.peek("jobs.batch", "default", "idx-flaky")["status"].get("completedIndexes")

@@ -10,7 +10,8 @@ source of SSH key pairs (called only when the Secret must be made). Out: its
 delete past the deadline, the new status and the Events.
 
 Upstream's order: nothing for a job another controller manages (``managedBy``) or one
-being deleted; ``Failed`` taken off unless it is the deadline's; an unsupported
+being deleted; ``Failed`` taken off when a pass decides it afresh
+(:func:`statuses.without_failure`); an unsupported
 ``runtimeRef`` kind fails the job (``TrainingRuntimeNotSupported``); an unfinished
 job's objects are made from the runtime (the snapshot's, once there is one), each
 created when missing and, for the JobSet and PodGroup, brought to the plan only while
@@ -34,13 +35,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.api import objects, trainer
-from shared.core import effects, errors, owners
-from shared.core.events import Event
+from shared.core import effects, errors, events, owners
 from shared.core.trainer import planning, podsets, sshkeys, statuses
 
 Manifest = dict[str, Any]
 
-MESSAGE_LIMIT = 950
 
 
 @dataclasses.dataclass
@@ -84,12 +83,6 @@ def _subject(job: Mapping[str, Any]) -> str:
 
 def _ours(job: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
     return owners.is_controlled_by(child, podsets.KIND, objects.name_of(job), objects.uid_of(job))
-
-
-def creation_failed(message: str) -> Event:
-    """Upstream's Warning Event for a reconcile whose objects could not be made."""
-    text = f"TrainJob resources reconciliation failed: {message[:MESSAGE_LIMIT]}"
-    return Event("Warning", statuses.CREATION_FAILED_REASON, text + (" ..." if len(message) > MESSAGE_LIMIT else ""))
 
 
 def covers(current: Any, desired: Any) -> bool:
@@ -207,7 +200,7 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
             reconcile_objects(decision, job, found, new_ssh_key)
         except Stop as stop:
             decision.creates, decision.updates = [], []
-            decision.stop(_subject(job), stop.message, creation_failed(stop.message))
+            decision.stop(_subject(job), stop.message, events.trainjob_creation_failed(stop.message))
             if stop.by_input:
                 status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
     statuses.set_suspended(job, status, now)

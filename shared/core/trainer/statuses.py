@@ -5,9 +5,9 @@ In: the TrainJob's status as stored (a dict), its JobSet as observed, the clock.
 the new status (:class:`Status`, what the reconciler writes), changed only by these
 rules:
 
-* ``Failed`` is taken off at the start of every pass unless its reason is
-  ``DeadlineExceeded`` (:func:`without_failure`), and set again by what the pass finds
-  (the JobSet's ``Failed``, an unsupported runtime, a plan that cannot be made);
+* ``Failed`` for an unsupported runtime or a plan that cannot be made is taken off at
+  the start of every pass (:func:`without_failure`) and set again if the pass finds it
+  still so; the JobSet's and the deadline's stay;
 * ``Suspended``: True (``Suspended``, "TrainJob is suspended") while ``spec.suspend``,
   then False (``Resumed``, "TrainJob is resumed") once it was True;
 * ``Complete`` and ``Failed`` copied from the JobSet's ``Completed`` and ``Failed``
@@ -108,10 +108,17 @@ def of(job: Mapping[str, Any]) -> Status:
     return Status(copy.deepcopy(status) if isinstance(status, dict) else {})
 
 
+PER_PASS_FAILURES = frozenset({RUNTIME_NOT_SUPPORTED_REASON, CREATION_FAILED_REASON})
+"""Failed reasons a pass decides afresh (the runtime reference and the plan)."""
+
+
 def without_failure(status: Status) -> None:
-    """Upstream's removeFailedCondition: every Failed but the deadline's is decided afresh."""
+    """Upstream's removeFailedCondition, for the failures a pass decides afresh. Upstream
+    takes off every Failed but the deadline's, the JobSet's too, and copies that back from
+    the JobSet; kto keeps the JobSet's, so that a failed job whose JobSet is gone (its TTL)
+    is not given a new one."""
     found = status.find(FAILED)
-    if found is not None and found.get("reason") != DEADLINE_EXCEEDED_REASON:
+    if found is not None and found.get("reason") in PER_PASS_FAILURES:
         status.remove(FAILED)
 
 

@@ -23,6 +23,8 @@ def _owner(kind: str, name: str, api_version: str = "kubeflow.org/v1", controlle
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": "u1", "controller": controller}
 
 
+TRAINER = "trainer.kubeflow.org/v1alpha1"
+
 JOB_LABELS = {"training.kubeflow.org/job-name": "from-label",
               "training.kubeflow.org/operator-name": "tfjob-controller"}
 
@@ -51,6 +53,13 @@ JOB_LABELS = {"training.kubeflow.org/job-name": "from-label",
                  id="an unknown operator is unrelated"),
     pytest.param(_obj("Pod", "p", labels={"app": "web"}), None, id="an unrelated pod"),
     pytest.param(_obj("Pod", "p", labels=JOB_LABELS, namespace=""), None, id="no namespace, no key"),
+    pytest.param(_obj("TrainJob", "t", TRAINER), "c1/ns1/TrainJob/t", id="a TrainJob is a job"),
+    pytest.param(_obj("PodGroup", "t", "scheduling.x-k8s.io/v1alpha1", owners=[_owner("TrainJob", "t", TRAINER)]),
+                 "c1/ns1/TrainJob/t", id="a TrainJob's PodGroup by its controller"),
+    pytest.param(_obj("ConfigMap", "t-mpi-hostfile", owners=[_owner("TrainJob", "t", TRAINER)]),
+                 "c1/ns1/TrainJob/t", id="a TrainJob's hostfile by its controller"),
+    pytest.param(_obj("ClusterTrainingRuntime", "torch-distributed", TRAINER, namespace=""), None,
+                 id="a runtime belongs to no job"),
 ])
 def test_an_object_maps_to_its_job_key(obj: dict[str, Any], expected: str | None) -> None:
     key = mapping.job_key("c1", obj)
@@ -62,3 +71,9 @@ def test_every_job_kind_has_a_controller_name() -> None:
     assert sorted(mapping.KIND_BY_CONTROLLER.values()) == sorted(
         ["PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob", "MPIJob"])
     assert mapping.KIND_BY_CONTROLLER["mpi-operator"] == "MPIJob"
+
+
+def test_a_trainjobs_jobset_is_a_job_of_its_own_and_reaches_its_trainjob_too() -> None:
+    jobset = _obj("JobSet", "t", "jobset.x-k8s.io/v1alpha2", owners=[_owner("TrainJob", "t", TRAINER)])
+    assert str(mapping.job_key("c1", jobset)) == "c1/ns1/JobSet/t"
+    assert str(mapping.owner_key("c1", jobset)) == "c1/ns1/TrainJob/t"
