@@ -579,14 +579,16 @@ class Stack(lifecycle.Started):
 
         port = str(ports.free())
         webhooks = [self._child(f"webhook-{i}", "webhook", "--host", "127.0.0.1", "--port", port, "--reuse-port",
-                                "--self-signed", str(self.state_dir / "webhook"))
+                                "--self-signed", str(self.state_dir / "webhook"), "--kubeconfig", str(self.kubeconfig))
                     for i in range(1, self.settings.webhooks + 1)]
         await self._start_tier_checked(webhooks)
         if len(webhooks[0].ready) < 2:
             raise StackError(f"{webhooks[0].name}'s ready line is not 'ready <url> <ca file>' (see {webhooks[0].log})")
         self.webhook_url = webhooks[0].ready[0]
-        manifests = registering.configurations(self.webhook_url, pathlib.Path(webhooks[0].ready[1]).read_bytes())
+        ca = pathlib.Path(webhooks[0].ready[1]).read_bytes()
         for context in self.contexts:
+            # Each cluster calls the webhook under its own path: a TrainJob's runtime is read from it.
+            manifests = registering.configurations(registering.cluster_url(self.webhook_url, context), ca)
             async with await clients.KubeClient.connect(self.kubeconfig, context) as client:
                 try:
                     await registering.register(client, manifests)

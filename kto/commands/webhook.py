@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-host", action="append", default=[], metavar="NAME",
                         help="a host name or IP address the self-signed certificate names besides 127.0.0.1 "
                              "and localhost (repeatable)")
+    parser.add_argument("--kubeconfig", type=pathlib.Path, default=None, metavar="FILE",
+                        help="credentials of the clusters whose objects the rules read (a TrainJob's runtime): "
+                             "/clusters/<context>/... reads through that context, the plain paths through the "
+                             "current one (default: the in-cluster service account)")
     parser.add_argument("--reuse-port", action="store_true",
                         help="share the port with other webhook processes on this host (SO_REUSEPORT)")
     parser.add_argument("--print-configurations", default=None, metavar="URL",
@@ -100,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
     cert, key, ca = _files(args)
     if args.print_configurations is not None:
         return _print_configurations(args.print_configurations, ca)
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        raise cli.UserError(f"--kubeconfig {args.kubeconfig}: no such file")
     settings = WebhookSettings(cert_file=cert, key_file=key, host=args.host, port=args.port,
-                               reuse_port=args.reuse_port)
+                               reuse_port=args.reuse_port, kubeconfig=args.kubeconfig)
 
     def ready(url: str) -> None:
         serving.announce(f"ready {url}" + (f" {ca}" if ca is not None else ""))

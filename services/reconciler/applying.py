@@ -133,16 +133,21 @@ class Applier:
                 extra["executed"] = [result.dump() for result in executed]
             await self._pass(key, memory, decided.seen, decided.context.now, decision.plan(), old=decision.previous,
                              **extra)
-        if not await self._carry_out(client, key, memory, decision, decided.context.now, acting):
+        def refused(refusals: tuple[effects.Refusal, ...]) -> effects.Effects:
+            return decided.family.decide(decided.document, decided.seen.children,
+                                         dataclasses.replace(decided.context, refused=refusals))
+
+        if not await self._carry_out(client, key, memory, decision, decided.context.now, acting, refused):
             return
         self._look_again(key, memory, decision.requeue_after)
 
     async def _carry_out(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory, decision: effects.Effects,
-        now: dt.datetime, acting: bool,
+        now: dt.datetime, acting: bool, refused: Callable[[tuple[effects.Refusal, ...]], effects.Effects],
     ) -> bool:
         """The writes of a pass, in order (see :mod:`shared.core.effects`); False when the job
-        turned out gone (nothing more is done for it)."""
+        turned out gone (nothing more is done for it). When the API server refuses a child, the
+        job's status is the one the family decides knowing it (``refused``)."""
         job = decision.regarding
         told = job if decision.child_events else None
         if decision.verdict is not None:
@@ -163,7 +168,10 @@ class Applier:
         for write in decision.child_writes:
             if write.owner_reference is not None:
                 await self._adopt(client, key, memory, write, versions)
-        await self._create_all(client, key, memory, decision.creates, told)
+        refusals = await self._create_all(client, key, memory, decision.creates, told)
+        if refusals:
+            knowing = refused(tuple(refusals))
+            decision.status, decision.requeue_after = knowing.status, knowing.requeue_after
         await self._write_statuses(client, key, memory, [w for w in decision.child_writes if w.before_update],
                                    versions)
         for manifest in decision.updates:
@@ -305,7 +313,7 @@ class Applier:
     async def _create_all(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
         manifests: list[dict[str, Any]], job: recording.Regarding | None = None,
-    ) -> None:
+    ) -> list[effects.Refusal]:
         """Decide, then act: every ``child_created`` decision is published first
         (write-ahead), with an id fixed by (job uid, child), so a worker that dies
         between the two leaves a log that still names the child, and its
@@ -315,10 +323,11 @@ class Applier:
         concurrently (``create_concurrency`` at a time). A retriable failure is
         raised after the others are done, so the record is retried. For a
         kubeflow.org/v1 ``job``, upstream's Events say what was created (combined:
-        ``Created pod: a, b``) and what failed."""
+        ``Created pod: a, b``) and what failed. Out: the creates the API server refused."""
         view = memory.view
+        refusals: list[effects.Refusal] = []
         if not manifests:
-            return
+            return refusals
         job_uid = objects.uid_of(view.job) or ""
         planned = [(resources.for_manifest(m), m) for m in manifests]
         await self._publisher.publish_many(
@@ -332,12 +341,12 @@ class Applier:
         rest = [(rt, m) for rt, m in planned if rt.kind in CONCURRENT_KINDS]
         said: list[child_events.Event | None] = []
         for rt, manifest in first:
-            said.append(await self._create(client, key, memory, rt, manifest, job))
+            said.append(await self._create(client, key, memory, rt, manifest, job, refusals))
         slots = asyncio.Semaphore(self._settings.create_concurrency)
 
         async def create(rt: resources.ResourceType, manifest: dict[str, Any]) -> child_events.Event | None:
             async with slots:
-                return await self._create(client, key, memory, rt, manifest, job)
+                return await self._create(client, key, memory, rt, manifest, job, refusals)
 
         results = await asyncio.gather(*(create(rt, m) for rt, m in rest), return_exceptions=True)
         said.extend(o for o in results if not isinstance(o, BaseException))
@@ -346,12 +355,15 @@ class Applier:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        return refusals
 
     async def _create(
         self, client: clients.KubeClient, key: records.JobKey, memory: memories.KeyMemory,
         rt: resources.ResourceType, manifest: dict[str, Any], job: recording.Regarding | None,
+        refusals: list[effects.Refusal],
     ) -> child_events.Event | None:
-        """Create one child; the Event upstream records for it (None: none, or it existed)."""
+        """Create one child; the Event upstream records for it (None: none, or it existed); a
+        refusal of the API server is added to ``refusals``."""
         view = memory.view
         name = manifest["metadata"]["name"]
         try:
@@ -366,6 +378,7 @@ class Applier:
                 key, memory, "child_create_failed", child_kind=rt.kind, child_name=name,
                 reason=exc.reason or "CreateFailed", message=exc.message,
             )
+            refusals.append(effects.Refusal(rt.kind, name, exc.reason or "CreateFailed", exc.message or str(exc)))
             return None if job is None else child_events.create_failed(job.KIND, rt.kind, name, exc.message or str(exc))
         created.setdefault("apiVersion", rt.api_version)
         created.setdefault("kind", rt.kind)

@@ -36,6 +36,12 @@ DEFAULT_NAMESPACE_SELECTOR: Obj = {
 }
 
 
+def cluster_url(url: str, context: str) -> str:
+    """The base URL of the webhook at ``url`` for the cluster of a kubeconfig ``context``: its reviews read
+    from that cluster (``services.webhook.serving.Readers``)."""
+    return f"{url.rstrip('/')}/clusters/{context}"
+
+
 def only_namespace(namespace: str) -> Obj:
     """A namespace selector matching one namespace (by the name label every namespace carries)."""
     return {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}
@@ -53,7 +59,7 @@ def _webhook(hook: admitting.Hook, url: str, ca_bundle: bytes, selector: Obj, ti
         "objectSelector": {},
         "rules": [{
             "apiGroups": [target.group], "apiVersions": [target.version], "operations": ["CREATE", "UPDATE"],
-            "resources": [target.plural], "scope": "Namespaced",
+            "resources": [target.plural], "scope": "Cluster" if target.cluster_scoped else "Namespaced",
         }],
         "sideEffects": "None",
         "timeoutSeconds": timeout,

@@ -12,6 +12,11 @@ is read. Each review is read and decided in a worker thread, within
 timeout), so the event loop stays free: ``GET /healthz`` answers at once while
 the process runs, ``GET /readyz`` once it listens with its certificate loaded.
 
+A kind whose rules need another object (a TrainJob's runtime, ``admitting.Reading``) has it read from
+the API server that sent the review (GET only, :class:`Readers`): every hook is also served under
+``/clusters/<context>/``, so that one webhook registered on several clusters (``kto up --clusters N``)
+reads each review's objects from the cluster it came from.
+
 The TLS certificate is re-read when its files change (looked at every
 ``reload_interval`` seconds): new handshakes get the new one.
 """
@@ -22,6 +27,8 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
+import pathlib
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,6 +38,7 @@ from aiohttp import web
 from services.webhook.settings import WebhookSettings
 from shared import lifecycle
 from shared.core import admitting, families
+from shared.kube import clients, resources
 
 log = logging.getLogger("kto.webhook")
 
@@ -55,6 +63,73 @@ def _uid_of(body: Any) -> str:
     return uid if isinstance(uid, str) else ""
 
 
+CLUSTER_PREFIX = "/clusters/{cluster}"
+"""The path prefix of a hook served for one cluster (a kubeconfig context) of several."""
+
+
+class Readers:
+    """The objects rules read from the API server, one client per cluster opened on first use (GET only):
+    the context named in the review's path, else the kubeconfig's current one, else the in-cluster
+    account. ``close()`` is safe twice."""
+
+    def __init__(self, kubeconfig: pathlib.Path | None) -> None:
+        self._kubeconfig = kubeconfig
+        self._clients: dict[str | None, clients.KubeClient | None] = {}
+        self._lock = asyncio.Lock()
+
+    async def _client(self, cluster: str | None) -> clients.KubeClient | None:
+        async with self._lock:
+            if cluster not in self._clients:
+                self._clients[cluster] = await self._connect(cluster)
+            return self._clients[cluster]
+
+    async def _connect(self, cluster: str | None) -> clients.KubeClient | None:
+        if self._kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            log.warning("no kubeconfig and not in a cluster: rules that read the API server are left to the "
+                        "reconciler")
+            return None
+        try:
+            return await clients.KubeClient.connect(self._kubeconfig, cluster)
+        except Exception:  # kubernetes-asyncio's ConfigException for a context it does not know, or no file
+            log.warning("no credentials for cluster %s: rules that read the API server are left to the reconciler",
+                        cluster or "(current context)", exc_info=True)
+            return None
+
+    async def read(self, cluster: str | None, read: admitting.Read) -> dict[str, Any] | admitting.Unread | None:
+        """The object, why the API server gave none, or None when kto cannot ask."""
+        client = await self._client(cluster)
+        if client is None:
+            return None
+        try:
+            rt = resources.for_manifest({"apiVersion": read.api_version, "kind": read.kind})
+        except ValueError as exc:
+            return admitting.Unread(str(exc))
+        try:
+            return await client.get(rt, read.namespace, read.name)
+        except clients.ApiError as exc:
+            if exc.not_found:
+                return admitting.Unread(f'{rt.plural}.{rt.group} "{read.name}" not found')
+            if exc.code in (401, 403):  # an install that grants no reads (deploy/overlays/namespaced)
+                log.warning("cannot read %s %s: %s; left to the reconciler", read.kind, read.name, exc.message)
+                return None
+            return admitting.Unread(exc.message)
+
+    def fetcher(self, cluster: str | None, deadline: float) -> admitting.Fetch:
+        """A Fetch for a review decided in a worker thread: each read runs on this event loop."""
+        loop = asyncio.get_running_loop()
+
+        def fetch(read: admitting.Read) -> dict[str, Any] | admitting.Unread | None:
+            return asyncio.run_coroutine_threadsafe(self.read(cluster, read), loop).result(deadline)
+
+        return fetch
+
+    async def close(self) -> None:
+        opened, self._clients = self._clients, {}
+        for client in opened.values():
+            if client is not None:
+                await client.close()
+
+
 @dataclasses.dataclass
 class _Review:
     """One review decided in a thread: its request's uid as soon as it is known (for an answer
@@ -62,6 +137,7 @@ class _Review:
 
     hook: admitting.Hook
     raw: bytes
+    fetch: admitting.Fetch | None = None
     uid: str = ""
 
     def decide(self) -> tuple[int, dict[str, Any]]:
@@ -76,7 +152,7 @@ class _Review:
             return 400, admitting.denied("", f"the body is not JSON: {exc}", 400, "BadRequest").review()
         self.uid = _uid_of(body)
         try:
-            answer = admitting.review(self.hook, body)
+            answer = admitting.review(self.hook, body, self.fetch)
         except admitting.BadReview as exc:
             return 400, admitting.denied(self.uid, str(exc), 400, "BadRequest").review()
         except Exception as exc:  # a bug must cost one request, never the process
@@ -88,8 +164,8 @@ class _Review:
         return 200, answer.review()
 
 
-def handler(hook: admitting.Hook, settings: WebhookSettings) -> Handler:
-    """The request handler of one webhook."""
+def handler(hook: admitting.Hook, settings: WebhookSettings, readers: Readers | None = None) -> Handler:
+    """The request handler of one webhook (``readers``: what its rules read from the API server)."""
     limit = settings.max_request_bytes
 
     async def admit(request: web.Request) -> web.StreamResponse:
@@ -101,7 +177,8 @@ def handler(hook: admitting.Hook, settings: WebhookSettings) -> Handler:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past the limit
             return _too_large(limit, None)
-        review = _Review(hook, raw)
+        fetch = readers.fetcher(request.match_info.get("cluster"), settings.review_deadline) if readers else None
+        review = _Review(hook, raw, fetch)
         deciding = asyncio.ensure_future(asyncio.to_thread(review.decide))
         try:
             status, answer = await asyncio.wait_for(asyncio.shield(deciding), settings.review_deadline)
@@ -129,9 +206,11 @@ class Server(lifecycle.Started):
         self._ready = False
         self._runner: web.AppRunner | None = None
         self._reloading: asyncio.Task[None] | None = None
+        self.readers = Readers(settings.kubeconfig)
         self.app = web.Application(client_max_size=settings.max_request_bytes)
         for hook in families.REGISTRY.hooks:
-            self.app.router.add_post(hook.path, handler(hook, settings))
+            self.app.router.add_post(hook.path, handler(hook, settings, self.readers))
+            self.app.router.add_post(CLUSTER_PREFIX + hook.path, handler(hook, settings, self.readers))
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
 
@@ -204,4 +283,5 @@ class Server(lifecycle.Started):
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        await self.readers.close()
 

@@ -37,6 +37,12 @@ class WebhookSettings:
     answered with an error: less than the ``timeoutSeconds`` the configurations register (10), so
     the API server gets kto's answer rather than its own timeout."""
 
+    kubeconfig: pathlib.Path | None = None
+    """Where the rules that read from the API server (a TrainJob's runtime) get their credentials: a
+    review posted to ``/clusters/<context>/<hook path>`` reads through that context of this kubeconfig, one
+    posted to the plain path through its current context. None: the in-cluster service account (and, out
+    of a cluster, no reads: those rules are left to the reconciler)."""
+
     reload_interval: float = 10.0
     """Seconds between two looks at the certificate files: a renewed certificate (cert-manager,
     ``--self-signed``) is served from the next TLS handshake on, without a restart."""

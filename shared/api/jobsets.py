@@ -262,7 +262,7 @@ class JobSet(common.Model):
 
     @property
     def namespace(self) -> str:
-        return self.metadata.namespace or ""
+        return self.metadata.namespace or "default"
 
     @property
     def uid(self) -> str:
@@ -289,9 +289,6 @@ class JobSet(common.Model):
 
     def replicated_job(self, name: str) -> ReplicatedJob | None:
         return next((r for r in self.replicated_jobs if r.name == name), None)
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
 def set_defaults(jobset: JobSet) -> JobSet:
@@ -330,11 +327,9 @@ def load(document: Any) -> JobSet:
     errors = jobs.identity_errors(document, API_VERSION, (KIND,))
     if errors:
         raise LoadError(errors)
-    deep = limits.too_deep({key: value for key, value in document.items() if key != "status"})
+    deep = limits.depth_error(document)
     if deep is not None:
-        path, depth = deep
-        raise LoadError([(limits.shorten(path), f"nested {depth} levels deep; kto's limit is "
-                                                f"{limits.MAX_OBJECT_DEPTH} levels")])
+        raise LoadError([deep])
     try:
         return JobSet.model_validate(document)
     except pydantic.ValidationError as exc:

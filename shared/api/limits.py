@@ -64,6 +64,16 @@ def shorten(path: str) -> str:
     return "".join(parts[:_SHOWN_SEGMENTS]) + "…"
 
 
+def depth_error(document: dict[str, Any]) -> tuple[str, str] | None:
+    """A loader's refusal of a document (its ``status`` not counted) nested deeper than
+    :data:`MAX_OBJECT_DEPTH`: (field path, message); None within the limit."""
+    deep = too_deep({key: value for key, value in document.items() if key != "status"})
+    if deep is None:
+        return None
+    path, depth = deep
+    return shorten(path), f"nested {depth} levels deep; kto's limit is {MAX_OBJECT_DEPTH} levels"
+
+
 def _children(value: Any) -> list[tuple[str | int, Any]]:
     if isinstance(value, dict):
         return list(value.items())

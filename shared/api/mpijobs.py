@@ -185,11 +185,9 @@ def load(document: Any) -> MPIJob:
         errors.append(("spec", "Required value"))
     if errors:
         raise LoadError(errors)
-    deep = limits.too_deep({key: value for key, value in document.items() if key != "status"})
+    deep = limits.depth_error(document)
     if deep is not None:
-        path, depth = deep
-        raise LoadError([(limits.shorten(path), f"nested {depth} levels deep; kto's limit is "
-                                                f"{limits.MAX_OBJECT_DEPTH} levels")])
+        raise LoadError([deep])
     try:
         return MPIJob.model_validate(document)
     except pydantic.ValidationError as exc:

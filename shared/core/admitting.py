@@ -57,6 +57,40 @@ class BadReview(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Read:
+    """One object a kind's rules need from the API server (a GET), such as the runtime a TrainJob names."""
+
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Unread:
+    """A read the API server answered without the object: its error as Kubernetes' client writes it
+    (``clustertrainingruntimes.trainer.kubeflow.org "x" not found``)."""
+
+    message: str
+
+
+Fetch = Callable[[Read], "Obj | Unread | None"]
+"""The webhook's GET of one object: the object, why the API server gave none, or None when kto cannot ask
+(no credentials): rules that need the object are then left to the reconciler."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """The part of a kind's rules that needs another object from the API server (upstream's TrainJob
+    webhook reads the runtime the job names)."""
+
+    read: Callable[[Any], Read]
+    """The object a loaded document needs."""
+    check: Callable[[Any, Any, "Obj | Unread"], reports.Report]
+    """The report on a loaded document (the old one or None, as ``Rules.check``) given what was read."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Rules:
     """How one kind is loaded, judged and defaulted."""
 
@@ -68,14 +102,22 @@ class Rules:
     """A copy of a loaded object with the defaults to store; None: the kind has no mutating hook."""
     defaults_valid_only: bool = False
     """Default only what ``check`` accepts (the kinds whose upstream webhook judges the job as written)."""
+    reading: Reading | None = None
+    """Rules judged once ``check`` accepts, with an object read from the API server; None: none."""
 
-    def validate(self, obj: Obj, old: Obj | None) -> tuple[list[str], list[str]]:
-        """The errors and the warnings of ``obj``."""
+    def validate(self, obj: Obj, old: Obj | None, fetch: Fetch | None = None) -> tuple[list[str], list[str]]:
+        """The errors and the warnings of ``obj`` (``fetch``: how the webhook reads what ``reading`` needs)."""
         try:
             loaded = self.load(obj)
         except jobs.LoadError as exc:
             return [f"{path}: {message}" if path else message for path, message in exc.errors], []
-        report = self.check(loaded, _loaded(self.load, old))
+        previous = _loaded(self.load, old)
+        report = self.check(loaded, previous)
+        if report.ok and self.reading is not None and fetch is not None:
+            found = fetch(self.reading.read(loaded))
+            if found is not None:
+                more = self.reading.check(loaded, previous, found)
+                report = reports.Report(more.errors, [*report.warnings, *more.warnings])
         return [str(error) for error in report.errors], list(report.warnings)
 
     def defaulted(self, obj: Obj) -> tuple[Obj, Obj] | None:
@@ -103,6 +145,8 @@ class Target:
     upstream: bool
     """The webhook exists upstream (its name and path are upstream's)."""
     rules: Rules = dataclasses.field(repr=False, compare=False)
+    cluster_scoped: bool = False
+    """The kind is cluster-scoped (a ClusterTrainingRuntime): its webhook rule's scope is Cluster."""
 
     @property
     def api_version(self) -> str:
@@ -118,7 +162,8 @@ class Target:
         a kind served in more than one version names its version (``validator.mpijob-v2beta1.kto.dev``)."""
         role = "defaulter" if mutating else "validator"
         if self.upstream and not mutating:
-            return f"{role}.{self.singular}.{UPSTREAM_SUFFIX}"
+            # kubeflow.org's operators name theirs under their own domain; Trainer v2 under its group.
+            return f"{role}.{self.singular}.{UPSTREAM_SUFFIX if self.group == jobs.GROUP else self.group}"
         subject = self.singular if self.group != jobs.GROUP or self.version == jobs.VERSION else (
             f"{self.singular}-{self.version}")
         return f"{role}.{subject}.{KTO_SUFFIX}"
@@ -246,8 +291,9 @@ def _shown(value: Any) -> str:
     return jobs.shown(value) if value is not None else "<none>"
 
 
-def review(hook: Hook, body: Any) -> Answer:
-    """The answer of ``hook`` to the AdmissionReview ``body``; ``BadReview`` when ``body`` is not one."""
+def review(hook: Hook, body: Any, fetch: Fetch | None = None) -> Answer:
+    """The answer of ``hook`` to the AdmissionReview ``body``; ``BadReview`` when ``body`` is not one.
+    ``fetch`` reads what a kind's rules need from the API server that sent the review."""
     request = _request(body)
     target = hook.target
     asked = (request.kind.get("group"), request.kind.get("version"), request.kind.get("kind"))
@@ -273,7 +319,7 @@ def review(hook: Hook, body: Any) -> Answer:
         return Answer(request.uid, True, patch=tuple(diff(*pair)) if pair is not None else ())
     if too_big:
         return denied(request.uid, reports.aggregate(too_big))
-    errors, warnings = rules.validate(obj, old if request.operation == "UPDATE" else None)
+    errors, warnings = rules.validate(obj, old if request.operation == "UPDATE" else None, fetch)
     if errors:
         return denied(request.uid, reports.aggregate(errors), warnings=tuple(warnings))
     return Answer(request.uid, True, warnings=tuple(warnings))

@@ -20,7 +20,8 @@ The applier's contract, in its order of work:
    written ``before_update``; ``updates`` (409 = read afresh and decide again;
    404 = done); ``restarts`` counted on the job; ``deletes``; the job itself
    (``delete_job``); the other child statuses; the job's ``status`` and
-   ``events`` (only where the reconciler writes the family's status); each of
+   ``events`` (only where the reconciler writes the family's status; when a create
+   was refused, the status of the family's decision given ``Context.refused``); each of
    the ``steps`` as a record.
 3. Look again after ``requeue_after`` seconds when it is set.
 
@@ -281,6 +282,16 @@ def subject_of(manifest: Manifest) -> str:
     return f"{manifest.get('kind')} {objects.namespace_of(manifest)}/{objects.name_of(manifest)}"
 
 
+def left_alone(subject: str, managed_by: str | None, controller: str, deleting: bool) -> Effects | None:
+    """A pass that does nothing, saying why: the job's ``managedBy`` names another controller than
+    ``controller`` (Kueue's MultiKueue), or the job is being deleted; None otherwise."""
+    if managed_by is not None and managed_by != controller:
+        return Effects(steps=[Step("skip", subject, f"managed by {managed_by}")])
+    if deleting:
+        return Effects(steps=[Step("skip", subject, "being deleted")])
+    return None
+
+
 def failed_validation(document: Manifest, problem: object) -> Effects:
     """A job that does not load as its kind: nothing is made for it, and the verdict the
     status service reaches from the job alone is said on the topic (no act)."""
@@ -288,6 +299,17 @@ def failed_validation(document: Manifest, problem: object) -> Effects:
     name = objects.name_of(document)
     return Effects(announce=outcomes.Verdict(
         f"{kind}FailedValidation", f"{kind} {name} failed validation because {problem}", "validation"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A create the API server refused (not retriable): fed back to the family in
+    ``Context.refused`` for the job's status of the pass."""
+
+    kind: str
+    name: str
+    reason: str
+    message: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +325,9 @@ class Context:
     """The job as the last pass of this worker decided on it."""
     executed: tuple[ExecResult, ...] = ()
     """Results of the commands this pass ran so far (see :attr:`Effects.execs`)."""
+    refused: tuple[Refusal, ...] = ()
+    """Creates of this pass the API server refused: the reconciler decides the pass again
+    with them and writes that decision's status (a family whose status says so)."""
 
     def settings_of(self, kind: type[T]) -> T:
         """The settings of that type (its defaults when none was given)."""

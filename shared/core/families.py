@@ -110,8 +110,10 @@ class Registry:
     """Families by kind; the first family given is the one a document of an apiVersion
     no family claims goes to (its loader names the problem)."""
 
-    def __init__(self, families: Sequence[Family[Any]]) -> None:
+    def __init__(self, families: Sequence[Family[Any]], admitted: Sequence[admitting.Target] = ()) -> None:
+        """``admitted``: kinds the webhook judges that no family lists yet."""
         self.families: tuple[Family[Any], ...] = tuple(families)
+        self.admitted: tuple[admitting.Target, ...] = tuple(admitted)
         self._by_kind: dict[str, list[Family[Any]]] = {}
         for family in self.families:
             for kind in family.kinds:
@@ -128,7 +130,7 @@ class Registry:
             kind: name for family in self.families for kind, name in family.controllers.items()}
         """Job kind → upstream's controller name."""
         self.hooks: tuple[admitting.Hook, ...] = admitting.hooks(
-            [target for family in self.families for target in family.admitted])
+            [*(target for family in self.families for target in family.admitted), *self.admitted])
         """Every webhook kto serves: the families' admitted kinds, validating then mutating."""
 
     def resolve(self, kind: str, document: Mapping[str, Any] | None = None) -> Family[Any] | None:

@@ -104,3 +104,18 @@ class Declined(enum.Enum):
     ANOTHER_FAMILY = "another-family"
     """Not its own: the registry asks the kind's other families (an MPIJob that does not
     load as v2beta1 is read as a kubeflow.org/v1 job, whose loader names what is wrong)."""
+
+
+class WrittenByReconciler:
+    """The status hooks of a family whose status the reconciler writes with its children, in
+    the pass that decides them (et-operator's TrainingJob, JobSet): nothing is prepared, and the
+    status service computes nothing."""
+
+    def prepare(self, document: dict[str, Any]) -> None:
+        return None
+
+    def status(self, document: dict[str, Any], children: Any, now: dt.datetime, *, unconfirmed: bool,
+               prepared: None) -> tuple[Any, Outcome] | None:
+        """None: the reconciler writes the status."""
+        return None
+

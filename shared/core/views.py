@@ -67,7 +67,7 @@ def relevant_state(obj: Manifest) -> tuple[Any, ...]:
     return (*common, status.get("phase"), containers)
 
 
-FINISHED = frozenset({"Succeeded", "Failed", "Completed"})
+FINISHED = frozenset({"Succeeded", "Failed", "Completed", "Complete"})
 """Condition types that, True, say a job has finished (every family's)."""
 
 

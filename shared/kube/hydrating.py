@@ -129,26 +129,30 @@ async def _runtime(client: clients.KubeClient, job: dict[str, Any]) -> list[dict
     rt = resources.RUNTIME_TYPES.get(kind)
     if rt is None or group != rt.group or not name:
         return []
-    try:
-        item = await client.get(rt, objects.namespace_of(job) if rt.namespaced else None, name)
-    except clients.ApiError as exc:
-        if exc.not_found:
-            return []
-        raise
-    item.setdefault("apiVersion", rt.api_version)
-    item.setdefault("kind", rt.kind)
-    return [item]
+    return await _named(client, rt, objects.namespace_of(job) if rt.namespaced else None, name)
 
 
 async def _job(
-    client: clients.KubeClient, job_type: resources.ResourceType, namespace: str, name: str,
+    client: clients.KubeClient, job_type: resources.ResourceType, namespace: str | None, name: str,
 ) -> dict[str, Any] | None:
+    """The object of that name (a job, or any object read by name); None for a 404."""
     try:
         return await client.get(job_type, namespace, name)
     except clients.ApiError as exc:
         if exc.not_found:
             return None
         raise
+
+
+async def _named(client: clients.KubeClient, rt: resources.ResourceType, namespace: str | None,
+                 name: str) -> list[dict[str, Any]]:
+    """The object of that name, with its apiVersion and kind; none for a 404."""
+    found = await _job(client, rt, namespace, name)
+    if found is None:
+        return []
+    found.setdefault("apiVersion", rt.api_version)
+    found.setdefault("kind", rt.kind)
+    return [found]
 
 
 async def _children(
@@ -162,12 +166,4 @@ async def _children(
     if not reads_by_name(label):
         items, _ = await client.list(rt, namespace, label_selector=f"{label}={name}")
         return items
-    try:
-        item = await client.get(rt, namespace, name + label)  # BY_NAME is no suffix
-    except clients.ApiError as exc:
-        if exc.not_found:
-            return []
-        raise
-    item.setdefault("apiVersion", rt.api_version)
-    item.setdefault("kind", rt.kind)
-    return [item]
+    return await _named(client, rt, namespace, name + label)  # BY_NAME is no suffix

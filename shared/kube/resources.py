@@ -62,12 +62,14 @@ SCALEINS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleIn.PLURAL, 
 SCALEOUTS = ResourceType(elastic.GROUP, elastic.VERSION, elastic.ScaleOut.PLURAL, elastic.ScaleOut.KIND)
 JOBSETS = ResourceType(jobsets.GROUP, jobsets.VERSION, jobsets.PLURAL, jobsets.KIND)
 """JobSet v1alpha2: served by kto (``OperatorSettings.serve_jobsets``) or by the real JobSet controller."""
-TRAINJOBS = ResourceType(trainer.GROUP, trainer.VERSION, "trainjobs", trainer.TRAINJOB_KIND)
-TRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, "trainingruntimes", trainer.TRAINING_RUNTIME_KIND)
-CLUSTERTRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, "clustertrainingruntimes",
-                                       trainer.CLUSTER_TRAINING_RUNTIME_KIND, namespaced=False)
+TRAINJOBS = ResourceType(trainer.GROUP, trainer.VERSION, trainer.TrainJob.PLURAL, trainer.TrainJob.KIND)
+TRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, trainer.TrainingRuntime.PLURAL,
+                                trainer.TrainingRuntime.KIND)
+CLUSTERTRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, trainer.ClusterTrainingRuntime.PLURAL,
+                                       trainer.ClusterTrainingRuntime.KIND, namespaced=False)
 RUNTIME_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (TRAININGRUNTIMES, CLUSTERTRAININGRUNTIMES)}
-"""Kubeflow Trainer v2's runtimes, by kind: read by the TrainJob's hydration, never watched."""
+"""Kubeflow Trainer v2's runtimes, keyed by the kind a TrainJob's ``runtimeRef`` names: read by the
+TrainJob's hydration, never watched."""
 SCALER_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (SCALEINS, SCALEOUTS)}
 """et-operator's ScaleIn and ScaleOut: keyed by the TrainingJob they scale."""
 
@@ -100,8 +102,9 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
 
 _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
     (rt.api_version, rt.kind): rt for rt in (
-        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), *RUNTIME_TYPES.values(), MPIJOBS_V2BETA1, EVENTS, LEASES, NAMESPACES,
-        CRDS, PRIORITY_CLASSES, VALIDATING_WEBHOOK_CONFIGURATIONS, MUTATING_WEBHOOK_CONFIGURATIONS,
+        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), *RUNTIME_TYPES.values(), MPIJOBS_V2BETA1,
+        EVENTS, LEASES, NAMESPACES, CRDS, PRIORITY_CLASSES, VALIDATING_WEBHOOK_CONFIGURATIONS,
+        MUTATING_WEBHOOK_CONFIGURATIONS,
     )
 }
 

@@ -60,6 +60,7 @@ def test_the_registry_knows_every_kind_and_who_writes_its_status() -> None:
     pytest.param("batch/v1", "Job", False, id="batch-job"),
     pytest.param(trainer.API_VERSION, "TrainJob", True, id="trainjob"),
     pytest.param(trainer.API_VERSION, "ClusterTrainingRuntime", False, id="a-runtime-is-not-a-job"),
+    pytest.param(jobsets.API_VERSION, "JobSet", True, id="jobset"),
 ])
 def test_which_objects_are_jobs(api_version: str, kind: str, is_job: bool) -> None:
     assert families.REGISTRY.is_job(api_version, kind) is is_job
@@ -159,7 +160,7 @@ class _Widgets:
 
 
 def test_a_new_family_plugs_in_with_one_line() -> None:
-    registry = families.Registry([*families.REGISTRY.families, _Widgets()])
+    registry = families.Registry([*families.REGISTRY.families, _Widgets()], admitted=families.REGISTRY.admitted)
     widget = {"apiVersion": "example.dev/v1", "kind": "WidgetJob", "metadata": {"name": "w"}}
     assert isinstance(registry.resolve("WidgetJob", widget), _Widgets)
     assert "WidgetJob" in registry.kinds and "WidgetJob" in registry.status_kinds

@@ -100,6 +100,7 @@ def test_a_job_record_older_than_the_view_asks_for_a_reread_and_the_api_server_w
 @pytest.mark.parametrize(("conditions", "done"), [
     pytest.param([{"type": "Created", "status": "True"}, {"type": "Succeeded", "status": "True"}], True, id="succeeded"),
     pytest.param([{"type": "Failed", "status": "True"}], True, id="failed"),
+    pytest.param([{"type": "Complete", "status": "True"}], True, id="a-complete-trainjob"),
     pytest.param([{"type": "Running", "status": "True"}, {"type": "Failed", "status": "False"}], False, id="running"),
     pytest.param(None, False, id="no-status"),
 ])

@@ -62,7 +62,7 @@ NAMESPACE = "kto-system"
 
 OVERLAYS = ("single-cluster", "multi-cluster/member", "multi-cluster/hub")
 SERVICES = ("watcher", "reconciler", "status")
-"""The services with RBAC; the webhook calls no Kubernetes API and has none."""
+"""The services with RBAC of their own in every install; the webhook's one read is tested apart."""
 
 Rule = tuple[str, str, str, str]
 """(scope, API group, resource[/subresource], verb); scope: "cluster" (a ClusterRole bound
@@ -443,6 +443,8 @@ def needed(service: str) -> set[Rule]:
             found |= _rules("cluster", rt, "update", subresource="status")
         found |= _rules("cluster", resources.EVENTS, "create", "patch")  # recording.Recorder
         return found
+    if service == "webhook":  # serving.Readers: the runtime a TrainJob names, as upstream's webhook reads it
+        return set().union(*(_rules("cluster", rt, "get") for rt in resources.RUNTIME_TYPES.values()))
     assert service == "reconciler"
     for kind, job_type in resources.JOB_TYPES.items():  # hydrating.hydrate: GET the job, its children
         found |= _rules("cluster", job_type, "get")
@@ -509,10 +511,16 @@ def test_each_service_is_granted_exactly_what_its_code_calls(overlay: str, servi
     assert not granted - wanted, f"kto-{service} is granted more than its code calls: {sorted(granted - wanted)}"
 
 
-def test_the_webhook_is_bound_to_no_role_and_mounts_no_token() -> None:
-    assert not rbac_of("single-cluster", "webhook")
-    accounts = of_kind("single-cluster", "ServiceAccount")
-    assert accounts["kto-webhook"]["automountServiceAccountToken"] is False
+@pytest.mark.parametrize("overlay", ["single-cluster", "multi-cluster/member"])
+def test_the_webhook_is_granted_only_the_runtime_reads_its_code_makes(overlay: str) -> None:
+    assert rbac_of(overlay, "webhook") == needed("webhook")
+    accounts = of_kind(overlay, "ServiceAccount")
+    assert accounts["kto-webhook"]["automountServiceAccountToken"] is True
+
+
+def test_the_namespaced_install_grants_the_webhook_nothing() -> None:
+    """A ClusterTrainingRuntime is cluster-scoped: there the webhook leaves the runtime checks to the reconciler."""
+    assert not rbac_of("namespaced", "webhook")
 
 
 # -- on the real API server -----------------------------------------------------------------
@@ -601,11 +609,11 @@ def can_i_list(installed: Installed, who: str, namespace: str) -> set[tuple[str,
     return found
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", [*SERVICES, "webhook"])
 def test_kubectl_auth_can_i_lists_for_each_account_exactly_what_its_code_calls(
     installed: Installed, service: str,
 ) -> None:
-    everyone = can_i_list(installed, account("webhook"), "default")  # bound to nothing: what every account has
+    everyone = can_i_list(installed, account("nobody"), "default")  # bound to nothing: what every account has
     assert {r for _, r, _ in everyone} <= {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews",
                                            "clustertrustbundles"}, everyone  # system:basic-user and friends
     wanted = needed(service)

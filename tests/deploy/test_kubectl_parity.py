@@ -33,7 +33,8 @@ from tests.pipeline.test_pipeline import job
 from tests.pipeline.test_run_policy import annotate
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "crds"
-CUSTOM_GROUP_VERSIONS = ["apis/kubeflow.org/v1", "apis/kubeflow.org/v2beta1", "apis/kai.alibabacloud.com/v1alpha1"]
+CUSTOM_GROUP_VERSIONS = ["apis/kubeflow.org/v1", "apis/kubeflow.org/v2beta1", "apis/kai.alibabacloud.com/v1alpha1",
+                         "apis/trainer.kubeflow.org/v1alpha1"]
 
 
 def flat(text: str) -> str:

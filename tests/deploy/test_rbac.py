@@ -249,6 +249,9 @@ CAN_I: list[Any] = [
               ("webhook", "get", "pods", "default", False),
               ("webhook", "list", "secrets", ANY, False),
               ("webhook", "create", "events", "default", False),
+              ("webhook", "get", "clustertrainingruntimes.trainer.kubeflow.org", ANY, True),
+              ("webhook", "get", "trainingruntimes.trainer.kubeflow.org", "default", True),
+              ("webhook", "list", "trainingruntimes.trainer.kubeflow.org", "default", False),
           ],
           NAMESPACED: [
               ("reconciler", "create", "pods", "team-a", True),
@@ -276,6 +279,7 @@ CAN_I: list[Any] = [
               ("status", "list", "pods", ANY, False),
               ("status", "create", "pods", "team-a", False),
               ("webhook", "get", "pods", "team-a", False),
+              ("webhook", "get", "trainingruntimes.trainer.kubeflow.org", "team-a", False),
           ],
       }.items() for row in rows],
 ]
@@ -292,7 +296,7 @@ def test_kubectl_auth_can_i_answers_the_table(
 def test_kubectl_auth_can_i_lists_in_each_namespace_exactly_what_the_namespaced_code_calls(
     both: Installed, service: str,
 ) -> None:
-    everyone = can_i_list(both, f"system:serviceaccount:{NAMESPACE}:kto-webhook", "default")
+    everyone = can_i_list(both, f"system:serviceaccount:{NAMESPACE}:kto-nobody", "default")
     wanted = rbac_of(NAMESPACED, service)
     for namespace in [*served_namespaces(), NAMESPACE, "default"]:
         listed = can_i_list(both, account(service, NAMESPACED), namespace) - everyone

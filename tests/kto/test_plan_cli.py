@@ -236,3 +236,33 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     error = process.stderr.read().decode()
     process.wait(timeout=120)
     assert "Traceback" not in error and "BrokenPipeError" not in error, error
+
+
+def test_plan_of_an_upstream_trainjob_with_its_runtime_in_the_same_or_another_file_prints_the_jobset(tmp_path: Path) -> None:
+    from realparts import trainer as upstream
+
+    example = next(p for p in upstream.example_files() if p.name == "05-multi-step.yaml")
+    result = kto_plan(example, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    (jobset,) = json.loads(result.stdout)
+    assert (jobset["kind"], jobset["metadata"]["name"]) == ("JobSet", "multi-step-example")
+    assert [r["name"] for r in jobset["spec"]["replicatedJobs"]] == ["dataset-initializer", "node"]
+    alone = tmp_path / "job.yaml"
+    alone.write_text(yaml.safe_dump(list(yaml.safe_load_all(example.read_text()))[1]))
+    runtime = tmp_path / "runtime.yaml"
+    runtime.write_text(yaml.safe_dump(list(yaml.safe_load_all(example.read_text()))[0]))
+    beside = kto_plan(runtime, alone, "-o", "json")
+    assert beside.returncode == 0 and [o["kind"] for o in json.loads(beside.stdout)] == ["JobSet"], beside.stderr
+    assert assert_rejected(kto_plan(alone)) == [
+        f"{alone}: document 0: spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
+        "documents given"]
+
+
+def test_a_jobset_plans_its_headless_service_and_the_jobs_it_starts_with() -> None:
+    children = children_of(ROOT / "examples" / "jobset" / "depends-on.yaml")
+    assert names_of(children) == [("Service", "depends-on"), ("Job", "depends-on-prepare-0")], \
+        "the train Jobs wait for prepare to complete"
+    job = children[1]
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["template"]["spec"]["subdomain"] == "depends-on"
+    assert job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "prepare"

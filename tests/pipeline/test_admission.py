@@ -326,6 +326,12 @@ async def test_kto_up_registers_its_webhooks_on_every_cluster(control_plane: str
         refused = await kubectl("apply", "-f", "-", input=invalid, check=False)
         assert denied_by("PyTorchJob", "spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1") in \
             refused.stderr, refused.stderr
+        # The TrainJob webhook reads the runtime from the cluster that called it (/clusters/<context>/...).
+        no_runtime = yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                     "metadata": {"name": "no-runtime"}, "spec": {"runtimeRef": {"name": "nope"}}})
+        refused = await kubectl("apply", "-f", "-", input=no_runtime, check=False)
+        assert 'clustertrainingruntimes.trainer.kubeflow.org "nope" not found: specified clusterTrainingRuntime must ' \
+               "be created before the TrainJob is created" in refused.stderr, refused.stderr
         listed = await kubectl("get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "name")
         assert listed.stdout.split() == [
             "validatingwebhookconfiguration.admissionregistration.k8s.io/kto-validating-webhook-configuration",

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from realparts import trainer as upstream
+from shared.core.trainer import deciding
 from shared.kube import clients, resources
 from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_pipeline import job as v1_job
@@ -83,6 +84,11 @@ async def test_upstreams_multi_step_example_runs_its_initializer_then_its_nodes(
     runtime, example = _example("05-multi-step.yaml")
     for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         rjob["template"]["spec"]["template"].setdefault("metadata", {})["annotations"] = dict(FAST)
+    # Upstream's own example lacks the volume its webhook asks of a dataset initializer (the JobSet
+    # plugin's "must have volumeMount with name - initializer"): given, as its runtimes give it.
+    initializer = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    initializer["volumes"] = [{"name": "initializer", "emptyDir": {}}]
+    initializer["containers"][0]["volumeMounts"] = [{"name": "initializer", "mountPath": "/workspace"}]
     await install(pipeline, runtime)
     await pipeline.submit(example)
     done = await pipeline.wait_for("TrainJob", example["metadata"]["name"], "Complete", timeout=120)
@@ -136,6 +142,9 @@ async def test_a_trainjob_with_no_runtime_fails_naming_it_and_runs_once_the_runt
     events, _ = await pipeline.client.list(resources.EVENTS, pipeline.namespace)
     assert any(e["reason"] == "TrainJobResourcesCreationFailed" and e["involvedObject"]["name"] == "early"
                for e in events)
+    await install(pipeline, runtime)
+    done = await pipeline.wait_for("TrainJob", "early", "Complete", timeout=deciding.RETRY_AFTER + 60)
+    assert [c["type"] for c in done["status"]["conditions"]] == ["Complete"]
 
 
 async def test_a_trainjob_beside_a_pytorchjob_both_complete_and_replay_finds_no_divergence(

@@ -95,7 +95,7 @@ def _unloadable(document: Manifest, problem: elastic.LoadError, now: dt.datetime
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingJobs:
+class TrainingJobs(outcomes.WrittenByReconciler):
     """et-operator's kinds (see the module)."""
 
     name: str = elastic.API_VERSION
@@ -157,14 +157,6 @@ class TrainingJobs:
         decision.regarding, decision.problems = job, problems
         decision.settings = dataclasses.asdict(settings)
         return decision
-
-    def prepare(self, document: Manifest) -> None:
-        return None
-
-    def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: None) -> tuple[Any, outcomes.Outcome] | None:
-        """None: the reconciler writes a TrainingJob's status with its children (see the module)."""
-        return None
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
                 now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:

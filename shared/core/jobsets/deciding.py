@@ -92,7 +92,9 @@ def _int(value: object) -> int:
 
 def replicated_statuses(jobset: jobsets.JobSet, owned: Owned) -> list[jobsets.ReplicatedJobStatus]:
     """``calculateReplicatedJobStatuses``, in the order of the spec."""
-    counts = {r.name: jobsets.ReplicatedJobStatus(name=r.name) for r in jobset.replicated_jobs}
+    # Every counter written, zero too, as Go writes them (no omitempty).
+    counts = {r.name: jobsets.ReplicatedJobStatus(name=r.name, ready=0, succeeded=0, failed=0, active=0, suspended=0)
+              for r in jobset.replicated_jobs}
 
     def of(job: Manifest) -> jobsets.ReplicatedJobStatus | None:
         return counts.get(objects.labels_of(job).get(jobsets.REPLICATED_JOB_LABEL, ""))
@@ -313,16 +315,14 @@ def decide(stored: jobsets.JobSet, children: Sequence[Manifest], now: dt.datetim
     """The decision of one reconcile of ``stored`` given everything observed for it; its
     ``status`` is set when the status changes (the reconciler writes it, as upstream's
     controller does), its ``events`` are those of the condition changes."""
-    decision = effects.Effects()
     jobset = jobsets.set_defaults(stored)
-    managed_by = jobset.spec.managed_by
-    if managed_by is not None and managed_by != jobsets.CONTROLLER_NAME:
-        decision.step("skip", _subject(jobset), f"managed by {managed_by}")
-        return decision
-    if jobset.metadata.deletion_timestamp is not None:
-        decision.step("skip", _subject(jobset), "being deleted")
-        return decision
+    skipped = effects.left_alone(_subject(jobset), jobset.spec.managed_by, jobsets.CONTROLLER_NAME,
+                                 jobset.metadata.deletion_timestamp is not None)
+    if skipped is not None:
+        return skipped
+    decision = effects.Effects()
     status = (jobset.status or jobsets.JobSetStatus()).model_copy(deep=True)
+    status.restarts = status.restarts  # written even when 0, as Go writes it
     before = status.dump()
     changes = conditions.Changes(status, now)
     owned = observe(jobset, children)

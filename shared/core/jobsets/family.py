@@ -24,7 +24,7 @@ Manifest = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
-class JobSets:
+class JobSets(outcomes.WrittenByReconciler):
     """JobSet v0.12.0 (see the module)."""
 
     name: str = jobsets.API_VERSION
@@ -71,14 +71,6 @@ class JobSets:
         except jobsets.LoadError as exc:
             raise plans.Unreplayable(f"the JobSet does not load: {exc}") from None
         return self.decide(inputs.job, inputs.children, effects.Context(inputs.now, (settings,))).plan()
-
-    def prepare(self, document: Manifest) -> None:
-        return None
-
-    def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: None) -> tuple[Any, outcomes.Outcome] | None:
-        """None: the reconciler writes a JobSet's status with its children."""
-        return None
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
                 now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:

@@ -257,15 +257,12 @@ def decide(
     ``new_ssh_key`` is called only when the Secret must be created or regenerated
     (the service layer passes ``shared.keygen.mpi_key_pair``).
     ``priorities``: PriorityClass name → value, for the PodGroup's minResources."""
-    decision = effects.Effects()
     job = defaulting.set_defaults(job)
-    managed_by = job.run_policy.managed_by
-    if managed_by is not None and managed_by != mpijobs.MANAGED_BY_MPI_OPERATOR:
-        decision.step("skip", _subject(job), f"managed by {managed_by}")
-        return decision
-    if job.metadata.deletion_timestamp is not None:
-        decision.step("skip", _subject(job), "being deleted")
-        return decision
+    skipped = effects.left_alone(_subject(job), job.run_policy.managed_by, mpijobs.MANAGED_BY_MPI_OPERATOR,
+                                 job.metadata.deletion_timestamp is not None)
+    if skipped is not None:
+        return skipped
+    decision = effects.Effects()
     report = validating.validate(job)
     if not report.ok:
         decision.events.append(validating.event(report))

@@ -18,12 +18,16 @@ created when missing and, for the JobSet and PodGroup, brought to the plan only 
 the job or the JobSet is suspended (a running JobSet is never changed); then the
 Suspended condition, the JobSet's Complete, Failed and jobsStatus, and the deadline.
 
-Where kto differs: a plan that cannot be made because of the job or its runtime (the
-runtime missing, two ML policies, a patch naming a container the runtime does not
-have) is a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
+Where kto differs: a job that got past admission although the webhook would refuse it
+(:func:`judge`: the checks of :mod:`shared.core.trainer.validating`, its fields named),
+and a plan that cannot be made because of the job or its runtime (the runtime missing,
+two ML policies, a patch naming a container the runtime does not have) are a ``Failed`` condition with reason ``TrainJobResourcesCreationFailed`` and the
 message naming the field, beside upstream's Warning Event of that reason; upstream
 only records the Event and retries. Like upstream's other Failed conditions it is
 decided afresh on every pass, so a runtime created later lets the job run.
+A create the API server refuses (a JobSet its webhook or a quota refuses) is the same
+``Failed`` condition with the API's message: the reconciler decides the pass again with the
+refusal and writes that status; the next look, 30 s on, tries again.
 Level-triggered and pure: the same inputs give the same decision.
 """
 
@@ -34,12 +38,18 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shared.api import objects, trainer
-from shared.core import effects, errors, events, owners
-from shared.core.trainer import planning, podsets, sshkeys, statuses
+from shared.api import jobs, objects, trainer
+from shared.core import effects, errors, events, owners, reports
+from shared.core.trainer import planning, podsets, sshkeys, statuses, validating
 
 Manifest = dict[str, Any]
 
+
+
+RETRY_AFTER = 30.0
+"""Seconds before a job whose objects could not be made because of its input is looked at again:
+runtimes are not watched, so a runtime created or fixed later is found by this look (upstream
+retries with the controller's backoff)."""
 
 
 @dataclasses.dataclass
@@ -96,13 +106,14 @@ def covers(current: Any, desired: Any) -> bool:
     return bool(current == desired)
 
 
-def _applied(current: Manifest, desired: Manifest, *fields: str) -> Manifest | None:
+def _applied(current: Manifest, desired: Manifest, *fields: str, differs: bool = False) -> Manifest | None:
     """``current`` with ``desired``'s labels, annotations and ``fields`` (as a server-side
-    apply by one manager leaves it), or None when it already holds them."""
+    apply by one manager leaves it), or None when it already holds them (and not ``differs``:
+    what a field left out of ``desired`` changes, which :func:`covers` cannot see)."""
     meta, want = objects.meta(current), objects.meta(desired)
     labels = {**objects.labels_of(current), **(want.get("labels") or {})}
     annotations = {**objects.annotations_of(current), **(want.get("annotations") or {})}
-    if (labels == objects.labels_of(current) and annotations == objects.annotations_of(current)
+    if (not differs and labels == objects.labels_of(current) and annotations == objects.annotations_of(current)
             and all(covers(current.get(f), desired.get(f)) for f in fields)):
         return None
     metadata = {**meta, "labels": labels, "annotations": annotations}
@@ -118,6 +129,12 @@ class Stop(Exception):
         super().__init__(message)
         self.message = message
         self.by_input = by_input
+
+
+def unreadable(exc: Exception) -> Stop:
+    """The runtime's template is free-form (a JobSet spec the CRD does not check): a value of the
+    wrong shape there is the runtime's fault, said as such, never a crash of the pass."""
+    return Stop(f"spec.template: the runtime's JobSet template cannot be read: {exc!r}", True)
 
 
 def runtime_of(job: Mapping[str, Any], found: Observed) -> tuple[Manifest, bool]:
@@ -140,9 +157,28 @@ def runtime_of(job: Mapping[str, Any], found: Observed) -> tuple[Manifest, bool]
     return found.runtime, True
 
 
+def judge(job: Manifest, runtime: Manifest) -> None:
+    """What the admission webhook would have said of the job and its runtime, for one that got past
+    it (made before the webhook ran, or with it off): :class:`Stop` naming the fields."""
+    try:
+        loaded, loaded_runtime = trainer.load_trainjob(job), trainer.load_runtime(runtime)
+    except jobs.LoadError as exc:
+        raise Stop("; ".join(f"{path or '<document>'}: {message}" for path, message in exc.errors), True) from None
+    try:
+        report = validating.check_schema_rules(loaded)
+        for more in (validating.check_runtime(loaded_runtime),
+                     validating.check_against_runtime(loaded, loaded_runtime)):
+            report.errors += more.errors
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise unreadable(exc) from None
+    if not report.ok:
+        raise Stop(reports.describe(report), True)
+
+
 def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: Manifest | None, desired: Manifest,
-                    sync: bool, *fields: str) -> None:
-    """Create ``desired`` when missing; when ``sync``, bring the current one to it."""
+                    sync: bool, *fields: str, differs: bool = False) -> None:
+    """Create ``desired`` when missing; when ``sync``, bring the current one to it (``differs``:
+    even where it seems to hold it all)."""
     if current is None:
         decision.create(desired, "missing")
         return
@@ -150,7 +186,7 @@ def _create_or_sync(decision: effects.Effects, job: Mapping[str, Any], current: 
         raise Stop(f'{desired["kind"]} "{objects.name_of(desired)}" already exists and is not managed by '
                    f"TrainJob {objects.name_of(job)}", False)
     if sync:
-        updated = _applied(current, desired, *fields)
+        updated = _applied(current, desired, *fields, differs=differs)
         if updated is not None:
             decision.update(updated, "differs from the runtime's plan")
 
@@ -159,10 +195,13 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
                       new_ssh_key: Callable[[], sshkeys.KeyPair]) -> None:
     """The runtime's objects, made or brought to the plan (:class:`Stop` when they cannot be)."""
     runtime, unsnapped = runtime_of(job, found)
+    judge(job, runtime)
     try:
         plan = planning.build(job, runtime)
     except errors.PlanError as exc:
         raise Stop(str(exc), True) from None
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise unreadable(exc) from None
     if unsnapped:
         decision.create(planning.snapshot(job, runtime), "the runtime as this job first uses it (KEP 2599)")
     suspended = bool(objects.spec_of(job).get("suspend"))
@@ -173,20 +212,22 @@ def reconcile_objects(decision: effects.Effects, job: Manifest, found: Observed,
     if plan.pod_group is not None:
         _create_or_sync(decision, job, found.pod_group, plan.pod_group, suspended, "spec")
     jobset_suspended = bool(objects.spec_of(found.jobset or {}).get("suspend"))
-    _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec")
+    # A TrainJob whose suspend is taken away (not set false) resumes too: its JobSet spec leaves
+    # suspend out, as upstream's apply drops the field it owned.
+    _create_or_sync(decision, job, found.jobset, plan.jobset, suspended or jobset_suspended, "spec",
+                    differs=jobset_suspended != suspended)
 
 
 def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
-           new_ssh_key: Callable[[], sshkeys.KeyPair]) -> effects.Effects:
-    """The decision of one reconcile of ``job`` (see the module)."""
-    decision = effects.Effects()
+           new_ssh_key: Callable[[], sshkeys.KeyPair], refused: Sequence[effects.Refusal] = ()) -> effects.Effects:
+    """The decision of one reconcile of ``job`` (see the module); ``refused``: creates of this
+    pass the API server refused (a ``Failed`` condition with its message, looked at again)."""
     managed_by = objects.spec_of(job).get("managedBy")
-    if managed_by is not None and managed_by != trainer.MANAGED_BY_TRAINER:
-        decision.step("skip", _subject(job), f"managed by {managed_by}")
-        return decision
-    if objects.is_deleting(job):
-        decision.step("skip", _subject(job), "being deleted")
-        return decision
+    skipped = effects.left_alone(_subject(job), None if managed_by is None else str(managed_by),
+                                 trainer.MANAGED_BY_TRAINER, objects.is_deleting(job))
+    if skipped is not None:
+        return skipped
+    decision = effects.Effects()
     found = observe(job, children)
     old = statuses.of(job)
     status = statuses.of(job)
@@ -203,6 +244,11 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
             decision.stop(_subject(job), stop.message, events.trainjob_creation_failed(stop.message))
             if stop.by_input:
                 status.fail(statuses.CREATION_FAILED_REASON, stop.message, now)
+                decision.requeue_after = RETRY_AFTER
+        if refused and not decision.error:
+            refusal = refused[0]
+            status.fail(statuses.CREATION_FAILED_REASON, f"{refusal.kind} {refusal.name}: {refusal.message}", now)
+            decision.requeue_after = RETRY_AFTER
     statuses.set_suspended(job, status, now)
     statuses.from_jobset(status, found.jobset, now)
     ends = statuses.deadline(job, status, now)
@@ -215,4 +261,6 @@ def decide(job: Manifest, children: Sequence[Manifest], now: dt.datetime,
         decision.requeue_after = max((ends - now).total_seconds(), 1.0)
     if status.value != old.value:
         decision.status = status
+        decision.events += [e for e in statuses.transitions(old, status)
+                            if e.reason != statuses.CREATION_FAILED_REASON]  # said as upstream's Event already
     return decision

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from shared.api import common, objects
-from shared.core import admitting, basis, effects, errors, plans
+from shared.core import admitting, basis, effects, errors, outcomes, plans
 from shared.core import settings as operator_settings
-from shared.core.trainer import deciding, planning, podsets, sshkeys
+from shared.core.trainer import deciding, planning, podsets, sshkeys, validating
 
 Manifest = dict[str, Any]
 
@@ -65,7 +65,7 @@ def is_runtime(document: Any) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainJobs:
+class TrainJobs(outcomes.WrittenByReconciler):
     """The TrainJob family (see the module)."""
 
     name: str = podsets.API_VERSION
@@ -75,7 +75,9 @@ class TrainJobs:
     operator_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     status_writer: Literal["status", "reconciler"] = "reconciler"
     controllers: Mapping[str, str] = dataclasses.field(default_factory=lambda: {podsets.KIND: CONTROLLER})
-    admitted: tuple[admitting.Target, ...] = ()
+    admitted: tuple[admitting.Target, ...] = validating.TARGETS
+    """Upstream's validating webhooks of the TrainJob and both runtime kinds (the TrainJob's
+    judged against the runtime it names, read from the API server)."""
 
     def serves(self, document: Mapping[str, Any] | None) -> bool:
         return True
@@ -89,20 +91,14 @@ class TrainJobs:
     def decide(self, document: Manifest, children: Sequence[Manifest], context: effects.Context) -> effects.Effects:
         """Upstream's reconcile of the TrainJob (:func:`deciding.decide`), its status and Events
         included (the reconciler writes them)."""
-        decision = deciding.decide(document, children, context.now, context.key_pair(sshkeys.KeyPair))
-        decision.regarding = Subject.of(document)
+        decision = deciding.decide(document, children, context.now, context.key_pair(sshkeys.KeyPair),
+                                   context.refused)
+        decision.regarding, decision.child_events = Subject.of(document), True
         return decision
 
     def replan(self, inputs: basis.Inputs, same_command: plans.SameCommand) -> dict[str, Any]:
         context = effects.Context(inputs.now, (), {sshkeys.KeyPair: _no_key})
         return self.decide(inputs.job, inputs.children, context).plan()
-
-    def prepare(self, document: Manifest) -> None:
-        return None
-
-    def status(self, document: Manifest, children: Sequence[Manifest], now: dt.datetime, *, unconfirmed: bool,
-               prepared: None) -> None:
-        return None  # the reconciler writes it
 
     def dry_run(self, document: Any, settings: operator_settings.OperatorSettings, stand_in_key: str,
                 now: dt.datetime, beside: Sequence[Any] = ()) -> plans.DryRun:

@@ -51,9 +51,7 @@ def pod_group(info: podsets.Info) -> Manifest | None:
     if coscheduling is None and volcano is None:
         return None
     members, resources = _totals(info)
-    spec: Manifest = {"minMember": members}
-    if resources:
-        spec["minResources"] = resources
+    spec: Manifest = {"minMember": members, "minResources": resources}  # {} when no pod requests anything
     if coscheduling is not None:
         api_version = podgroups.SCHEDULER_PLUGINS_API_VERSION
         timeout = coscheduling.get("scheduleTimeoutSeconds")

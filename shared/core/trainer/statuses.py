@@ -27,9 +27,10 @@ import copy
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from shared.api import common, objects, trainer
+from shared.core.events import Event
 
 Manifest = dict[str, Any]
 
@@ -155,8 +156,8 @@ def deadline(job: Mapping[str, Any], status: Status, now: dt.datetime) -> dt.dat
     """When ``activeDeadlineSeconds`` runs out (None: no deadline runs now): from the job's
     creation, or from its resume (the Suspended=False condition's time)."""
     seconds = objects.spec_of(job).get("activeDeadlineSeconds")
-    if not seconds or status.finished or objects.spec_of(job).get("suspend"):
-        return None
+    if not isinstance(seconds, int) or seconds <= 0 or status.finished or objects.spec_of(job).get("suspend"):
+        return None  # none, or not a number (admission says so; the pass does not)
     start = objects.creation_timestamp_of(job)
     resumed = status.find(SUSPENDED)
     if resumed is not None and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
@@ -164,3 +165,19 @@ def deadline(job: Mapping[str, Any], status: Status, now: dt.datetime) -> dt.dat
     if not start:
         return None
     return common.parse_time(start) + dt.timedelta(seconds=int(seconds))
+
+
+def transitions(old: Status, new: Status) -> list[Event]:
+    """kto's Events for the conditions a pass changed (upstream's TrainJob controller records
+    none): each condition newly set, or whose status or reason changed, with its reason and
+    message; a Warning for Failed, Normal for the others."""
+    said = []
+    for condition in new.conditions:
+        before = old.find(str(condition.get("type")))
+        if before is not None and (before.get("status"), before.get("reason")) == (condition.get("status"),
+                                                                                   condition.get("reason")):
+            continue
+        kind: Literal["Normal", "Warning"] = "Warning" if condition.get("type") == FAILED else "Normal"
+        said.append(Event(kind, str(condition.get("reason") or condition.get("type")),
+                          str(condition.get("message") or "")))
+    return said

@@ -11,7 +11,7 @@ import pytest
 from shared.core import effects
 from shared.core.trainer import deciding, family, planning
 
-import trainer_builders as b
+from . import trainer_builders as b
 
 
 def decide(job: dict[str, Any], *children: dict[str, Any], now: dt.datetime = b.NOW) -> effects.Effects:
@@ -58,6 +58,7 @@ def test_a_missing_runtime_is_upstreams_event_and_a_failed_condition_saying_so(k
     assert [(e.type, e.reason, e.message) for e in decision.events] == [
         ("Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {message}")]
     assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert decision.requeue_after == deciding.RETRY_AFTER, "runtimes are not watched: look again"
 
 
 def test_the_failure_of_a_missing_runtime_goes_once_the_runtime_is_there() -> None:
@@ -106,12 +107,14 @@ def test_suspend_then_resume_says_suspended_then_resumed_and_unsuspends_the_jobs
     first = decide(job, runtime)
     assert first.creates[-1]["spec"]["suspend"] is True
     assert conditions(first) == [("Suspended", "True", "Suspended")]
+    assert [(e.type, e.reason, e.message) for e in first.events] == [("Normal", "Suspended", "TrainJob is suspended")]
     assert first.status is not None
     jobset, snapshot = running(job, runtime)
     job["status"], job["spec"]["suspend"] = first.status.dump(), False
     resumed = decide(job, jobset, snapshot)
     assert [(u["kind"], u["spec"]["suspend"]) for u in resumed.updates] == [("JobSet", False)]
     assert conditions(resumed) == [("Suspended", "False", "Resumed")]
+    assert [(e.type, e.reason) for e in resumed.events] == [("Normal", "Resumed")], "kto's Event of each change"
     assert resumed.status is not None
     assert resumed.status.dump()["conditions"][0]["message"] == "TrainJob is resumed"
 
@@ -139,6 +142,7 @@ def test_a_failed_jobset_fails_the_trainjob_with_its_reason_and_nothing_is_made_
         ("Failed", "FailedJobs", "jobset failed due to one or more job failures")))
     decision = decide(job, jobset, snapshot)
     assert conditions(decision) == [("Failed", "True", "FailedJobs")]
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "FailedJobs")]
     assert decision.status is not None
     job["status"] = decision.status.dump()
     again = decide(job, runtime)
@@ -202,3 +206,57 @@ def test_kto_plan_of_a_trainjob_takes_its_runtime_from_the_documents_beside_it()
     alone = family.FAMILY.dry_run(job, settings.OperatorSettings(), "<key>", b.NOW, [job])
     assert alone.errors == ["spec.runtimeRef: TrainingRuntime 'torch-with-dataset-init' is not among the "
                             "documents given"]
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    pytest.param({"trainer": {"env": [{"name": "PET_NNODES", "value": "9"}]}}, "spec.trainer.env",
+                 id="a-reserved-torch-env"),
+    pytest.param({"runtimePatches": [{"manager": "example.com/team", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "ghost"}]}}}}}]}}}}]}, "spec.runtimePatches", id="a-patch-to-a-missing-container"),
+    pytest.param({"initializer": {"dataset": {"storageUri": "hf://x"}}}, "spec.runtimeRef",
+                 id="an-initializer-the-runtime-lacks"),
+])
+def test_a_job_that_got_past_admission_fails_naming_the_field(spec: dict[str, Any], field: str) -> None:
+    decision = decide(b.train_job(**spec), b.runtime("torch-distributed"))
+    assert decision.creates == [] and decision.error is not None and decision.error.startswith(field)
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+
+
+def test_a_jobset_the_api_server_refuses_fails_the_job_with_its_message_until_a_later_look() -> None:
+    job, runtime = b.train_job(), b.runtime("torch-distributed")
+    refusal = effects.Refusal("JobSet", "job", "Forbidden", 'exceeded quota: compute, requested: pods=3')
+    decision = deciding.decide(job, [runtime], b.NOW, lambda: b.KEYS, [refusal])
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]
+    assert decision.status is not None
+    assert decision.status.dump()["conditions"][0]["message"] == (
+        "JobSet job: exceeded quota: compute, requested: pods=3")
+    assert decision.requeue_after == deciding.RETRY_AFTER
+    job["status"] = decision.status.dump()
+    jobset, snapshot = running(job, runtime)
+    later = decide(job, jobset, snapshot)
+    assert later.status is not None and later.status.dump() == {}, "made at last: the failure goes"
+
+
+def test_a_trainjob_whose_suspend_is_taken_away_resumes_its_jobset() -> None:
+    job, runtime = b.train_job(suspend=True), b.runtime("torch-distributed")
+    jobset, snapshot = running(job, runtime)
+    del job["spec"]["suspend"]
+    (updated,) = decide(job, jobset, snapshot).updates
+    assert "suspend" not in updated["spec"]
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda t: t["replicatedJobs"][0]["template"]["spec"].update(parallelism="many"), id="parallelism"),
+    pytest.param(lambda t: t["replicatedJobs"][0].update(template=[]), id="template-a-list"),
+    pytest.param(lambda t: t["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(containers="node"),
+                 id="containers-a-string"),
+    pytest.param(lambda t: t.update(replicatedJobs=[None]), id="a-null-replicated-job"),
+    pytest.param(lambda t: t.update(network="flat"), id="network-a-string"),
+])
+def test_a_runtime_template_of_the_wrong_shape_fails_the_job_without_crashing_the_pass(change: Any) -> None:
+    runtime = b.runtime("torch-distributed")
+    change(runtime["spec"]["template"]["spec"])
+    decision = decide(b.train_job(trainer={"numNodes": 2}), runtime)
+    assert decision.creates == [] and decision.error is not None
+    assert conditions(decision) == [("Failed", "True", "TrainJobResourcesCreationFailed")]

@@ -11,7 +11,7 @@ import pytest
 from shared.core import errors
 from shared.core.trainer import patching, planning
 
-import trainer_builders as b
+from . import trainer_builders as b
 
 INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
 
@@ -219,3 +219,19 @@ def test_building_leaves_the_trainjob_and_runtime_as_they_were() -> None:
     before = copy.deepcopy((job, runtime))
     planning.build(job, runtime)
     assert (job, runtime) == before
+
+
+@pytest.mark.parametrize("name", [
+    "torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed", "xgboost-distributed",
+    "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b", "torch-distributed-with-cache",
+])
+def test_every_builtin_runtime_of_upstream_makes_a_jobset_whose_trainer_step_is_sized(name: str) -> None:
+    trainer: dict[str, Any] = {"command": ["tune", "run"]} if name.startswith("torchtune") else {"numNodes": 2}
+    plan = planning.build(b.train_job("j", name, trainer=trainer), b.runtime(name))
+    steps = {r["name"]: r["template"]["spec"]["parallelism"] for r in plan.jobset["spec"]["replicatedJobs"]}
+    if name.startswith("torchtune"):
+        assert steps["node"] == 1
+    elif plan.mpi:
+        assert steps == {"node": 1, "launcher": 1}, "runLauncherAsNode: one node is the launcher"
+    else:
+        assert steps["node"] == 2

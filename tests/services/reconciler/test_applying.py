@@ -112,3 +112,30 @@ async def test_a_deleted_child_counts_as_going_away_until_its_deleted_comes(worl
     assert [d.action for d in said] == ["reconcile_pass", "replica_restarted"]
     assert world.memory.expected.observed_deleted(child, pod)
 
+
+
+async def test_a_child_the_api_server_refuses_is_in_the_status_the_family_decides_knowing_it(world: World) -> None:
+    """A TrainJob's JobSet refused (here: a name the API server does not accept) → the pass's status
+    is the TrainJob family's decision given the refusal: Failed, with the API's message."""
+    from shared.core.trainer import family as trainer_family
+    from tests.core.trainer import trainer_builders
+
+    job = trainer_builders.train_job("refused")
+    created = await world.client.create(resources.TRAINJOBS, NAMESPACE, job)
+    memory = memories.Memories(delete_grace=300.0, confirm_after=5.0).of("trainjob")
+    memory.view.replace_job({**created, "apiVersion": job["apiVersion"], "kind": "TrainJob"})
+    key = records.JobKey(cluster=world.key.cluster, namespace=NAMESPACE, kind="TrainJob", name="refused")
+    runtime = trainer_builders.runtime("torch-distributed")
+    context = effects.Context(dt.datetime.now(dt.UTC), (), {trainer_family.sshkeys.KeyPair: lambda: trainer_builders.KEYS})
+    decision = trainer_family.FAMILY.decide(memory.view.job or {}, [runtime], context)
+    decision.creates[-1]["metadata"]["name"] = "Not_A_Name"
+    await world.applier.apply(key, memory, applying.Decided(trainer_family.FAMILY, memory.view.job or {},
+                                                            applying.Seen([runtime]), context, decision))
+
+    stored = await world.client.get(resources.TRAINJOBS, NAMESPACE, "refused")
+    (condition,) = stored["status"]["conditions"]
+    assert (condition["type"], condition["reason"]) == ("Failed", "TrainJobResourcesCreationFailed")
+    assert condition["message"].startswith("JobSet Not_A_Name: ")
+    said = await decisions(world.bus)
+    assert "child_create_failed" in [d.action for d in said]
+    assert world.looks[-1] == trainer_family.deciding.RETRY_AFTER, "looked at again"

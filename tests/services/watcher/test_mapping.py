@@ -77,3 +77,31 @@ def test_a_trainjobs_jobset_is_a_job_of_its_own_and_reaches_its_trainjob_too() -
     jobset = _obj("JobSet", "t", "jobset.x-k8s.io/v1alpha2", owners=[_owner("TrainJob", "t", TRAINER)])
     assert str(mapping.job_key("c1", jobset)) == "c1/ns1/JobSet/t"
     assert str(mapping.owner_key("c1", jobset)) == "c1/ns1/TrainJob/t"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+
+
+@pytest.mark.parametrize(("obj", "unserved", "expected"), [
+    pytest.param(_obj("JobSet", "js", JOBSET), frozenset(), "c1/ns1/JobSet/js", id="a JobSet is its own key"),
+    pytest.param(_obj("Job", "js-w-0", "batch/v1", owners=[_owner("JobSet", "js", JOBSET)]), frozenset(),
+                 "c1/ns1/JobSet/js", id="a JobSet's Job by its controller"),
+    pytest.param(_obj("Job", "m-launcher", "batch/v1", owners=[_owner("MPIJob", "m", "kubeflow.org/v2beta1")]),
+                 frozenset(), "c1/ns1/MPIJob/m", id="an MPIJob's launcher Job as before"),
+    pytest.param(_obj("Pod", "js-w-0-0-x", labels={"jobset.sigs.k8s.io/jobset-name": "js"},
+                      owners=[_owner("Job", "js-w-0", "batch/v1")]), frozenset(), "c1/ns1/JobSet/js",
+                 id="a JobSet's pod by its jobset-name label"),
+    pytest.param(_obj("JobSet", "js", JOBSET), frozenset({"JobSet"}), None,
+                 id="a JobSet another controller serves has no key of its own"),
+    pytest.param(_obj("Job", "js-w-0", "batch/v1", owners=[_owner("JobSet", "js", JOBSET)]), frozenset({"JobSet"}),
+                 None, id="nor have its Jobs"),
+])
+def test_jobsets_and_their_jobs_and_pods_map_to_the_jobset(obj: dict[str, Any], unserved: frozenset[str],
+                                                           expected: str | None) -> None:
+    key = mapping.job_key("c1", obj, unserved)
+    assert (str(key) if key is not None else None) == expected
+
+
+def test_a_job_controlled_by_a_job_is_also_published_under_its_owners_key() -> None:
+    owned = _obj("JobSet", "js", JOBSET, owners=[_owner("PyTorchJob", "p")])
+    assert str(mapping.owner_key("c1", owned)) == "c1/ns1/PyTorchJob/p"
+    assert mapping.owner_key("c1", _obj("JobSet", "js", JOBSET)) is None
+    assert mapping.owner_key("c1", _obj("Pod", "p", owners=[_owner("MPIJob", "m")])) is None, "a child is not a job"
