@@ -15,7 +15,8 @@ their own (``python -m kto ...``, each in its own process group, output to
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
    Established), then what Kubeflow Trainer publishes for its clients
    (``deploy/base/cluster/trainer-public/``: the namespace ``kubeflow-system`` and the
-   ConfigMap ``kubeflow-trainer-public`` the ``kubeflow`` SDK reads);
+   ConfigMap ``kubeflow-trainer-public`` the ``kubeflow`` SDK reads) and, with
+   ``trainer_runtimes``, upstream's built-in ClusterTrainingRuntimes;
 4. one ``kto watcher`` per cluster, ``reconcilers`` × ``kto reconciler`` and
    ``status_workers`` × ``kto status-service``.
 
@@ -160,6 +161,13 @@ class StackSettings:
     serve_jobsets: bool = True
     """kto serves JobSets itself (``KTO_SERVE_JOBSETS`` of its watchers and reconcilers); false where
     the real JobSet controller runs (``kto up --jobset-controller upstream``)."""
+
+    trainer_runtimes: bool = False
+    """Apply upstream's built-in ClusterTrainingRuntimes, unchanged (Kubeflow Trainer v2.3.0's
+    ``manifests/base/runtimes``: torch-distributed, deepspeed-distributed, …, fetched once per machine
+    from the Go module proxy, realparts/trainer.py), to every cluster after the CRDs, as upstream's
+    installation does: what the ``kubeflow`` SDK's ``TrainerClient`` lists and trains on (``train()``
+    names torch-distributed by default). ``kto up`` sets it unless ``--no-trainer-runtimes``."""
 
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
@@ -354,6 +362,16 @@ async def apply(client: clients.KubeClient, manifests: Sequence[dict[str, Any]])
                 manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"])))
 
 
+def trainer_runtimes() -> list[dict[str, Any]]:
+    """Upstream's built-in ClusterTrainingRuntimes (blocking: the first call on a machine downloads them)."""
+    from realparts import caching, trainer
+
+    try:
+        return [dict(doc) for path in trainer.runtime_files() for doc in trainer.documents(path)]
+    except caching.PartError as exc:
+        raise StackError(f"upstream's training runtimes (kto up --no-trainer-runtimes goes without): {exc}") from None
+
+
 def _condition(obj: dict[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True"
@@ -513,9 +531,10 @@ class Stack(lifecycle.Started):
         tmp.write_text(yaml.safe_dump(merged, sort_keys=False))
         tmp.replace(self.kubeconfig)
 
+        runtimes = await asyncio.to_thread(trainer_runtimes) if s.trainer_runtimes else []
         async with asyncio.TaskGroup() as group:
             for context in self.contexts:
-                group.create_task(self._apply_crds(context), name=f"kto-stack-crds-{context}")
+                group.create_task(self._apply_crds(context, runtimes), name=f"kto-stack-crds-{context}")
         if s.webhooks > 0:
             await self._start_webhooks()
 
@@ -595,7 +614,8 @@ class Stack(lifecycle.Started):
                 except clients.ApiError as exc:
                     raise StackError(f"{context}: cannot register the admission webhook: {exc}") from exc
 
-    async def _apply_crds(self, context: str) -> None:
+    async def _apply_crds(self, context: str, runtimes: Sequence[dict[str, Any]]) -> None:
+        """The CRDs (waited on until Established), what Trainer publishes for clients, then ``runtimes``."""
         manifests = manifests_in(CRD_DIR)
         deadline = time.monotonic() + self.settings.start_timeout
         async with await clients.KubeClient.connect(self.kubeconfig, context) as client:
@@ -615,6 +635,10 @@ class Stack(lifecycle.Started):
                 await apply(client, manifests_in(TRAINER_PUBLIC_DIR))
             except clients.ApiError as exc:
                 raise StackError(f"{context}: cannot publish kubeflow-trainer-public: {exc}") from exc
+            try:
+                await apply(client, runtimes)
+            except clients.ApiError as exc:
+                raise StackError(f"{context}: cannot apply upstream's training runtimes: {exc}") from exc
 
     # --- running ---------------------------------------------------------
 

@@ -4,12 +4,13 @@ upstream's built-in Trainer v2 runtimes applied for the ``kubeflow`` SDK's Train
 from __future__ import annotations
 
 import asyncio
+import pathlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from realparts import trainer
+from kto import stack
 from sim.node import nodes
 from sim.node.nodeagent import NODES
 from tests.fixtures import pipeline as pipeline_fixture
@@ -48,26 +49,20 @@ async def call(function: Any, *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(function, *args, **kwargs)
 
 
-def upstream_runtimes() -> list[dict[str, Any]]:
-    """Upstream's built-in ClusterTrainingRuntimes, as its manifests/base/runtimes write them."""
-    return [dict(doc) for path in trainer.runtime_files() for doc in trainer.documents(path)]
-
-
 @pytest.fixture
 async def trainer_pipeline(process_pipeline: Pipeline) -> AsyncIterator[Pipeline]:
     """The process pipeline with upstream's built-in runtimes applied unchanged (cluster-scoped: on the
     shared real cluster, those already there are left as they are)."""
-    manifests = await asyncio.to_thread(upstream_runtimes)
+    manifests = await asyncio.to_thread(stack.trainer_runtimes)
     await pipeline_fixture.create_all(process_pipeline.client, manifests)
     yield process_pipeline
 
 
-def trainer_client(pipe: Pipeline) -> Any:
+def trainer_client(kubeconfig: pathlib.Path, namespace: str = "default") -> Any:
     """Kubeflow Trainer v2's TrainerClient (the ``kubeflow`` SDK, Kubernetes backend), unchanged, on the
-    pipeline's cluster and namespace. Its constructor reads the ConfigMap ``kubeflow-trainer-public``:
-    make it in a thread (``await call(trainer_client, pipe)``)."""
+    first cluster of ``kubeconfig`` and ``namespace``. Its constructor reads the ConfigMap
+    ``kubeflow-trainer-public``: make it in a thread (``await call(trainer_client, ...)``)."""
     from kubeflow.common.types import KubernetesBackendConfig
     from kubeflow.trainer import TrainerClient
 
-    return TrainerClient(KubernetesBackendConfig(config_file=str(pipe.kubeconfig), context="kto-1",
-                                                 namespace=pipe.namespace))
+    return TrainerClient(KubernetesBackendConfig(config_file=str(kubeconfig), context="kto-1", namespace=namespace))

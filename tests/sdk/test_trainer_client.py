@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import pathlib
 import re
 from typing import Any
 
@@ -24,7 +25,8 @@ import pytest
 
 from tests.fixtures.pipeline import Pipeline
 from tests.sdk import test_kubeflow_sdk
-from tests.sdk.conftest import call, trainer_client, upstream_runtimes
+from kto import stack
+from tests.sdk.conftest import call, trainer_client
 
 pytest.importorskip("kubeflow.trainer", reason="the kubeflow SDK is not installed (pip install -e '.[test]')")
 
@@ -39,18 +41,22 @@ def runtime(name: str, framework: str, ml_policy: dict[str, Any], *replicated_jo
             "spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": list(replicated_jobs)}}}}
 
 
-def replicated_job(name: str, step: str, container: dict[str, Any], **job_spec: Any) -> dict[str, Any]:
+def replicated_job(name: str, step: str, container: dict[str, Any], *, pod_spec: dict[str, Any] | None = None,
+                   **job_spec: Any) -> dict[str, Any]:
     """A replicated Job of a runtime: ``step`` is its ``trainjob-ancestor-step`` label."""
     return {"name": name, "template": {
         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}},
-        "spec": {**job_spec, "template": {"spec": {"containers": [container]}}}}}
+        "spec": {**job_spec, "template": {"spec": {**(pod_spec or {}), "containers": [container]}}}}}
 
 
 def initialized_runtime() -> dict[str, Any]:
     """A runtime shaped as upstream's torchtune runtimes (dataset and model initializers, then the nodes
     once both are Complete), with no ML framework of its own (plain ML: the SDK runs a function with
     ``python``)."""
-    initializers = [replicated_job(step, step, {"name": step, "image": f"ghcr.io/kubeflow/trainer/{step}"})
+    # Upstream's initializers must mount the volume "initializer" (its torchtune runtimes claim one).
+    initializers = [replicated_job(step, step, {"name": step, "image": f"ghcr.io/kubeflow/trainer/{step}",
+                                                "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"}]},
+                                   pod_spec={"volumes": [{"name": "initializer", "emptyDir": {}}]})
                     for step in ("dataset-initializer", "model-initializer")]
     node = dict(replicated_job("node", "trainer", {"name": "node", "image": "python:3.11"}),
                 dependsOn=[{"name": step["name"], "status": "Complete"} for step in initializers])
@@ -60,8 +66,8 @@ def initialized_runtime() -> dict[str, Any]:
 def fail_fast_runtime() -> dict[str, Any]:
     """upstream's torch-distributed, its node Job failing at the first failed pod (upstream's runtime
     keeps the Job's default backoffLimit, 6 retries with back-off)."""
-    node = replicated_job("node", "trainer", {"name": "node", "image": "pytorch/pytorch:2.7.1"}, backoffLimit=0)
-    node["template"]["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+    node = replicated_job("node", "trainer", {"name": "node", "image": "pytorch/pytorch:2.7.1"},
+                          pod_spec={"restartPolicy": "Never"}, backoffLimit=0)
     return runtime("torch-fail-fast", "torch", {"numNodes": 1, "torch": {}}, node)
 
 
@@ -94,8 +100,26 @@ async def test_the_trainer_client_reads_the_trainer_version_kto_publishes(
     assert config_map["data"] == {"kubeflow_trainer_version": "v2.3.0"}
 
     with caplog.at_level(logging.WARNING, logger=BACKEND_LOGGER):
-        await call(trainer_client, trainer_pipeline)
+        await call(trainer_client, trainer_pipeline.kubeconfig, trainer_pipeline.namespace)
     assert not [r.getMessage() for r in caplog.records if r.name == BACKEND_LOGGER]
+
+
+async def test_kto_up_serves_the_trainer_client_its_runtimes_and_a_train_call(tmp_path: pathlib.Path) -> None:
+    """``kto up --runtime process`` as a new user starts it: the SDK finds the Trainer version and upstream's
+    runtimes it applied, and a TrainJob on torch-distributed (the SDK's default runtime) runs its nodes."""
+    from kubeflow.trainer import options
+    from kubeflow.trainer.types import types
+
+    settings = stack.StackSettings(state_dir=tmp_path / "state", runtime="process", trainer_runtimes=True,
+                                   webhooks=1, pod_duration=1.0)
+    async with stack.Stack(settings) as running:
+        client = await call(trainer_client, running.kubeconfig)
+        assert {"torch-distributed", "xgboost-distributed"} <= {r.name for r in await call(client.list_runtimes)}
+        name = await call(client.train, trainer=types.CustomTrainerContainer(image="pytorch/pytorch", num_nodes=2),
+                          options=[options.TrainerCommand(command=["bash", "-c", "echo node $PET_NODE_RANK"])])
+        job = await call(client.wait_for_job_status, name, timeout=120, polling_interval=1)
+        assert (job.status, job.runtime.name) == ("Complete", "torch-distributed")
+        assert [await logs(client, name, step=f"node-{i}") for i in (0, 1)] == [["node 0"], ["node 1"]]
 
 
 async def test_list_runtimes_and_get_runtime_read_upstreams_built_in_runtimes(trainer_pipeline: Pipeline) -> None:
@@ -103,8 +127,8 @@ async def test_list_runtimes_and_get_runtime_read_upstreams_built_in_runtimes(tr
     from kubeflow.trainer.types import types
 
     pipe = trainer_pipeline
-    client = await call(trainer_client, pipe)
-    built_in = {doc["metadata"]["name"]: doc["metadata"]["labels"][FRAMEWORK_LABEL] for doc in upstream_runtimes()}
+    client = await call(trainer_client, pipe.kubeconfig, pipe.namespace)
+    built_in = {doc["metadata"]["name"]: doc["metadata"]["labels"][FRAMEWORK_LABEL] for doc in stack.trainer_runtimes()}
     assert {"torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed",
             "xgboost-distributed", "torch-distributed-with-cache"} <= set(built_in)
 
@@ -136,7 +160,7 @@ async def test_train_with_a_function_call_by_call(trainer_pipeline: Pipeline) ->
     from kubeflow.trainer.types import types
 
     pipe = trainer_pipeline
-    client = await call(trainer_client, pipe)
+    client = await call(trainer_client, pipe.kubeconfig, pipe.namespace)
 
     name = await call(client.train, runtime="xgboost-distributed", trainer=types.CustomTrainer(
         func=report_task, func_args={"greeting": "hello"}, num_nodes=2))
@@ -178,7 +202,7 @@ async def test_train_with_a_container_runs_the_command_given_with_the_torch_poli
     from kubeflow.trainer.types import types
 
     pipe = trainer_pipeline
-    client = await call(trainer_client, pipe)
+    client = await call(trainer_client, pipe.kubeconfig, pipe.namespace)
     script = ('for step in 1 2 3; do echo "node $PET_NODE_RANK of $PET_NNODES master $PET_MASTER_ADDR:$PET_MASTER_PORT'
               ' procs $PET_NPROC_PER_NODE $GREETING step $step"; sleep 1; done')
 
@@ -204,7 +228,7 @@ async def test_the_initializers_are_steps_of_the_job_and_run_before_the_nodes(tr
 
     pipe = trainer_pipeline
     await pipe.submit(initialized_runtime())
-    client = await call(trainer_client, pipe)
+    client = await call(trainer_client, pipe.kubeconfig, pipe.namespace)
 
     name = await call(client.train, runtime="python-initialized", trainer=types.CustomTrainer(func=read_dataset),
                       initializer=types.Initializer(
@@ -228,7 +252,7 @@ async def test_wait_for_job_status_raises_when_a_node_fails(trainer_pipeline: Pi
     from kubeflow.trainer.types import types
 
     await trainer_pipeline.submit(fail_fast_runtime())
-    client = await call(trainer_client, trainer_pipeline)
+    client = await call(trainer_client, trainer_pipeline.kubeconfig, trainer_pipeline.namespace)
     name = await call(client.train, runtime="torch-fail-fast",
                       trainer=types.CustomTrainerContainer(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"),
                       options=[options.TrainerCommand(command=["bash", "-c", "echo out of memory; exit 3"])])
@@ -247,7 +271,7 @@ LOSS = re.compile(r"rank (\d)/2 epoch (\d+) loss ([0-9.]+)")
 async def test_a_function_trains_with_ddp_across_two_nodes_through_torchrun(trainer_pipeline: Pipeline) -> None:
     from kubeflow.trainer.types import types
 
-    client = await call(trainer_client, trainer_pipeline)
+    client = await call(trainer_client, trainer_pipeline.kubeconfig, trainer_pipeline.namespace)
     # examples/sandbox/train_ddp.py's function: torchrun starts it once per node (PET_NPROC_PER_NODE 1:
     # no CPU request), node 1's process reaching node 0's c10d store at PET_MASTER_ADDR.
     name = await call(client.train, runtime="torch-distributed", trainer=types.CustomTrainer(
