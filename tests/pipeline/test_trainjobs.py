@@ -1,4 +1,4 @@
-"""Kubeflow Trainer v2's TrainJob through the pipeline on sim/: upstream's runtimes and example
+"""Kubeflow Trainer v2's TrainJob through the pipeline on both tiers: upstream's runtimes and example
 TrainJobs reach Complete through kto's own JobSets, suspend then resume, a failing trainer node
 fails the job with the JobSet's reason, a TrainJob beside a PyTorchJob, and ``kto replay`` of a
 TrainJob's log finds no divergence."""
@@ -18,7 +18,7 @@ from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_pipeline import job as v1_job
 from tests.pipeline.test_replay import kto
 
-pytestmark = pytest.mark.parametrize("tier", ["sim"], indirect=True)
+pytestmark = pytest.mark.parametrize("tier", ["sim", "kube"], indirect=True)
 
 FAST = {"sim.kto.dev/duration": "1s"}
 
