@@ -6,8 +6,8 @@ and ``get_runtime`` read upstream's built-in runtimes, applied unchanged; ``trai
 from a function (``CustomTrainer``: the SDK's generated ``bash -c`` heredoc, then ``python`` or
 ``torchrun``) or from a container (``CustomTrainerContainer``); ``list_jobs`` and ``get_job`` find its
 steps (``node-0``, ``node-1`` …, the initializers) from the pods' JobSet labels; ``get_job_logs`` reads
-a step's container log, following it too; ``wait_for_job_status``, ``get_job_events`` and
-``delete_job``. The nodes run pods as local processes (sim/node/processes.py), so the logs are what
+a step's container log, following it too; ``wait_for_job_status``, ``get_job_events``,
+``get_runtime_packages`` and ``delete_job``; and the same client against a real ``kto up``. The nodes run pods as local processes (sim/node/processes.py), so the logs are what
 the training code printed; initializer containers, which have no command, are simulated. With torch
 installed, a ``CustomTrainer`` trains with DDP (gloo, CPU) across two nodes through torchrun, node 1
 reaching node 0 at ``PET_MASTER_ADDR``.
@@ -245,6 +245,19 @@ async def test_the_initializers_are_steps_of_the_job_and_run_before_the_nodes(tr
     initializer_log = await logs(client, name, step="dataset-initializer")
     assert initializer_log and all(line.startswith("sim: ") for line in initializer_log), initializer_log
     await call(client.delete_job, name)
+
+
+async def test_get_runtime_packages_runs_a_one_node_job_that_prints_the_nodes_python_and_packages(
+        trainer_pipeline: Pipeline, capsys: pytest.CaptureFixture[str]) -> None:
+    client = await call(trainer_client, trainer_pipeline.kubeconfig, trainer_pipeline.namespace)
+    runtime = await call(client.get_runtime, "xgboost-distributed")
+
+    await call(client.get_runtime_packages, runtime)  # train, wait, print the logs, delete
+
+    printed = capsys.readouterr().out
+    # The process runtime's "image" is kto's own Python environment: its packages are the node's.
+    assert printed.startswith("Python: 3.") and "aiokafka" in printed, printed
+    assert not await call(client.list_jobs)
 
 
 async def test_wait_for_job_status_raises_when_a_node_fails(trainer_pipeline: Pipeline) -> None:
