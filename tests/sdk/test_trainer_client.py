@@ -18,14 +18,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import pathlib
-import re
 from typing import Any
 
 import pytest
 
+from kto import stack
+from shared.kube import resources
 from tests.fixtures.pipeline import Pipeline
 from tests.sdk import test_kubeflow_sdk
-from kto import stack
 from tests.sdk.conftest import call, trainer_client
 
 pytest.importorskip("kubeflow.trainer", reason="the kubeflow SDK is not installed (pip install -e '.[test]')")
@@ -64,7 +64,7 @@ def initialized_runtime() -> dict[str, Any]:
 
 
 def fail_fast_runtime() -> dict[str, Any]:
-    """upstream's torch-distributed, its node Job failing at the first failed pod (upstream's runtime
+    """Upstream's torch-distributed, its node Job failing at the first failed pod (upstream's runtime
     keeps the Job's default backoffLimit, 6 retries with back-off)."""
     node = replicated_job("node", "trainer", {"name": "node", "image": "pytorch/pytorch:2.7.1"},
                           pod_spec={"restartPolicy": "Never"}, backoffLimit=0)
@@ -94,8 +94,6 @@ async def node_steps(client: Any, name: str) -> dict[str, tuple[str | None, str]
 
 async def test_the_trainer_client_reads_the_trainer_version_kto_publishes(
         trainer_pipeline: Pipeline, caplog: pytest.LogCaptureFixture) -> None:
-    from shared.kube import resources
-
     config_map = await trainer_pipeline.client.get(resources.CONFIGMAPS, "kubeflow-system", "kubeflow-trainer-public")
     assert config_map["data"] == {"kubeflow_trainer_version": "v2.3.0"}
 
@@ -239,8 +237,7 @@ async def test_the_initializers_are_steps_of_the_job_and_run_before_the_nodes(tr
     assert job.status == "Complete"
     assert {step.name: step.status for step in job.steps} == {
         "dataset-initializer": "Succeeded", "model-initializer": "Succeeded", "node-0": "Succeeded"}
-    assert await logs(client, name) == [
-        "training on what the initializers left in /workspace"]
+    assert await logs(client, name) == ["training on what the initializers left in /workspace"]
     # An initializer's container has no command: the sim simulates it, and its log says so.
     initializer_log = await logs(client, name, step="dataset-initializer")
     assert initializer_log and all(line.startswith("sim: ") for line in initializer_log), initializer_log
@@ -276,9 +273,6 @@ async def test_wait_for_job_status_raises_when_a_node_fails(trainer_pipeline: Pi
     assert await logs(client, name) == ["out of memory"]
 
 
-LOSS = re.compile(r"rank (\d)/2 epoch (\d+) loss ([0-9.]+)")
-
-
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="torch is not installed: pip install -e '.[torch]' to run the two-node DDP training")
 async def test_a_function_trains_with_ddp_across_two_nodes_through_torchrun(trainer_pipeline: Pipeline) -> None:
@@ -295,7 +289,7 @@ async def test_a_function_trains_with_ddp_across_two_nodes_through_torchrun(trai
     weights = set()
     for step in ("node-0", "node-1"):
         text = "\n".join(await logs(client, name, step=step))
-        losses = [float(m[3]) for m in LOSS.finditer(text)]
+        losses = [float(m[3]) for m in test_kubeflow_sdk.LOSS.finditer(text)]
         assert len(losses) == 10, f"{step}: {text}"
         assert losses[-1] < losses[0] / 10, f"{step}: the loss did not fall: {losses}"
         found = test_kubeflow_sdk.MODEL.search(text)
