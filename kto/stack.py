@@ -15,6 +15,10 @@ their own (``python -m kto ...``, each in its own process group, output to
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
    Established); with ``jobset_controller="upstream"``, the real JobSet controller on
    each (realparts/jobset.py, its state in ``<state-dir>/clusters/<ctx>/jobset``);
+   then what Kubeflow Trainer publishes for its clients
+   (``deploy/base/cluster/trainer-public/``: the namespace ``kubeflow-system`` and the
+   ConfigMap ``kubeflow-trainer-public`` the ``kubeflow`` SDK reads) and, with
+   ``trainer_runtimes``, upstream's built-in ClusterTrainingRuntimes;
 4. one ``kto watcher`` per cluster, ``reconcilers`` × ``kto reconciler`` and
    ``status_workers`` × ``kto status-service``.
 
@@ -63,6 +67,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 CRD_DIR = REPO_ROOT / "deploy" / "crds"
 """Every file here is applied to every cluster."""
+
+TRAINER_PUBLIC_DIR = REPO_ROOT / "deploy" / "base" / "cluster" / "trainer-public"
+"""What Kubeflow Trainer's installation publishes for clients: applied to every cluster after the CRDs."""
 
 CONTROL_PLANES = ("sim", "kube")
 BROKERS = ("tansu", "kafka")
@@ -162,6 +169,13 @@ class StackSettings:
     serve_jobsets: bool = True
     """kto serves JobSets itself (``KTO_SERVE_JOBSETS`` of its watchers and reconcilers); false
     leaves them to another controller. Taken as false with ``jobset_controller="upstream"``."""
+
+    trainer_runtimes: bool = False
+    """Apply upstream's built-in ClusterTrainingRuntimes, unchanged (Kubeflow Trainer v2.3.0's
+    ``manifests/base/runtimes``: torch-distributed, deepspeed-distributed, …, fetched once per machine
+    from the Go module proxy, realparts/trainer.py), to every cluster after the CRDs, as upstream's
+    installation does: what the ``kubeflow`` SDK's ``TrainerClient`` lists and trains on (``train()``
+    names torch-distributed by default). ``kto up`` sets it unless ``--no-trainer-runtimes``."""
 
     webhooks: int = 0
     """Number of ``kto webhook`` processes (sharing one port on 127.0.0.1, a self-signed certificate
@@ -339,6 +353,38 @@ def _merge_kubeconfigs(sources: dict[str, pathlib.Path]) -> dict[str, Any]:
     return merged
 
 
+def manifests_in(directory: pathlib.Path) -> list[dict[str, Any]]:
+    """Every manifest of the YAML and JSON files of ``directory`` in file-name order (a kustomization is not one)."""
+    files = sorted(p for p in directory.iterdir()
+                   if p.suffix in (".yaml", ".yml", ".json") and p.stem != "kustomization")
+    return [doc for path in files for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+async def apply(client: clients.KubeClient, manifests: Sequence[dict[str, Any]]) -> None:
+    """Create each manifest, in order, or replace what is there (as ``kubectl apply`` leaves it)."""
+    for manifest in manifests:
+        rt = resources.for_manifest(manifest)
+        namespace = manifest["metadata"].get("namespace") if rt.namespaced else None
+        try:
+            await client.create(rt, namespace, manifest)
+        except clients.ApiError as exc:
+            if not exc.already_exists:
+                raise
+            current = await client.get(rt, namespace, manifest["metadata"]["name"])
+            await client.replace(rt, namespace, dict(manifest, metadata=dict(
+                manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"])))
+
+
+def trainer_runtimes() -> list[dict[str, Any]]:
+    """Upstream's built-in ClusterTrainingRuntimes (blocking: the first call on a machine downloads them)."""
+    from realparts import caching, trainer
+
+    try:
+        return [dict(doc) for path in trainer.runtime_files() for doc in trainer.documents(path)]
+    except caching.PartError as exc:
+        raise StackError(f"upstream's training runtimes (kto up --no-trainer-runtimes goes without): {exc}") from None
+
+
 def _condition(obj: dict[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True"
@@ -501,9 +547,10 @@ class Stack(lifecycle.Started):
         tmp.write_text(yaml.safe_dump(merged, sort_keys=False))
         tmp.replace(self.kubeconfig)
 
+        runtimes = await asyncio.to_thread(trainer_runtimes) if s.trainer_runtimes else []
         async with asyncio.TaskGroup() as group:
             for context in self.contexts:
-                group.create_task(self._apply_crds(context), name=f"kto-stack-crds-{context}")
+                group.create_task(self._apply_crds(context, runtimes), name=f"kto-stack-crds-{context}")
         if s.webhooks > 0:
             await self._start_webhooks()
         if s.jobset_controller == "upstream":
@@ -598,23 +645,15 @@ class Stack(lifecycle.Started):
                 except clients.ApiError as exc:
                     raise StackError(f"{context}: cannot register the admission webhook: {exc}") from exc
 
-    async def _apply_crds(self, context: str) -> None:
-        files = sorted(p for p in CRD_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
-        manifests = [doc for path in files for doc in yaml.safe_load_all(path.read_text()) if doc]
+    async def _apply_crds(self, context: str, runtimes: Sequence[dict[str, Any]]) -> None:
+        """The CRDs (waited on until Established), what Trainer publishes for clients, then ``runtimes``."""
+        manifests = manifests_in(CRD_DIR)
         deadline = time.monotonic() + self.settings.start_timeout
         async with await clients.KubeClient.connect(self.kubeconfig, context) as client:
-            for manifest in manifests:
-                rt = resources.for_manifest(manifest)
-                try:
-                    await client.create(rt, None, manifest)
-                except clients.ApiError as exc:
-                    if not exc.already_exists:
-                        raise StackError(f"{context}: cannot create {manifest['metadata']['name']}: {exc}") from exc
-                    current = await client.get(rt, None, manifest["metadata"]["name"])
-                    body = dict(manifest, metadata=dict(
-                        manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"]
-                    ))
-                    await client.replace(rt, None, body)
+            try:
+                await apply(client, manifests)
+            except clients.ApiError as exc:
+                raise StackError(f"{context}: cannot apply the CRDs: {exc}") from exc
             for manifest in manifests:
                 rt = resources.for_manifest(manifest)
                 name = manifest["metadata"]["name"]
@@ -623,6 +662,14 @@ class Stack(lifecycle.Started):
                         raise StackError(f"{context}: the CRD {name} is not Established after "
                                          f"{self.settings.start_timeout:g}s")
                     await asyncio.sleep(0.05)
+            try:
+                await apply(client, manifests_in(TRAINER_PUBLIC_DIR))
+            except clients.ApiError as exc:
+                raise StackError(f"{context}: cannot publish kubeflow-trainer-public: {exc}") from exc
+            try:
+                await apply(client, runtimes)
+            except clients.ApiError as exc:
+                raise StackError(f"{context}: cannot apply upstream's training runtimes: {exc}") from exc
 
     # --- running ---------------------------------------------------------
 

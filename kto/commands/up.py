@@ -72,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=stack.RUNTIMES, default=s.runtime,
                         help="how the nodes run pods: simulated (default) or process: a pod whose containers "
                              "all have a command runs them as local processes (docs/sandbox.md)")
+    parser.add_argument("--no-trainer-runtimes", dest="trainer_runtimes", action="store_false",
+                        help="do not apply Kubeflow Trainer v2.3.0's built-in ClusterTrainingRuntimes "
+                             "(torch-distributed …, fetched once per machine from the Go module proxy) to the "
+                             "clusters (docs/trainer-v2.md, The kubeflow SDK)")
 
 
 def _age(seconds: float) -> str:
@@ -109,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             control_plane=args.control_plane, broker=args.broker, runtime=args.runtime,
             webhooks=args.webhooks, metrics_port_base=args.metrics_port_base,
             jobset_controller=args.jobset_controller,
+            trainer_runtimes=args.trainer_runtimes,
         )
     except stack.StackError as exc:
         raise UserError(str(exc)) from None

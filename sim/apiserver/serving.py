@@ -718,8 +718,8 @@ class Server:
             raise errors.bad_request(
                 f"a container name must be specified for pod {route.name}, choose one of: [{' '.join(map(str, names))}]"
             )
-        previous = query.get("previous") in ("true", "1")
-        follow = query.get("follow") in ("true", "1") and not previous
+        previous = _bool(query, "previous")
+        follow = _bool(query, "follow") and not previous  # the Python client sends follow=True
         if self.kubelet is None:
             return web.Response(body=b"", content_type="text/plain")
         chunks = self.kubelet.stream_log(route.namespace, route.name, container or None, previous=previous,

@@ -2,7 +2,8 @@
 multi-cluster members) and serving some namespaces only (deploy/overlays/namespaced).
 
 From the manifests: every verb of every ClusterRole and Role names the code that calls it, and that
-code exists; the namespaced overlay binds nothing cluster-wide, gives each service in each served
+code exists (kto's, or for the Role of what Kubeflow Trainer publishes, the installed ``kubeflow``
+SDK's); the namespaced overlay binds nothing cluster-wide, gives each service in each served
 namespace exactly the rules it has cluster-wide, and serves (``KTO_NAMESPACES``) exactly the
 namespaces it binds roles in.
 
@@ -22,6 +23,7 @@ import contextlib
 import functools
 import pathlib
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -80,6 +82,15 @@ def verb_comments(path: pathlib.Path) -> list[tuple[str, str]]:
     return found
 
 
+def source_of(module: str) -> pathlib.Path | None:
+    """A caller's file: kto's own, else an installed client's on ``sys.path`` (the ``kubeflow`` SDK reads
+    the ConfigMap deploy/base/cluster/trainer-public lets every user read)."""
+    for base in (ROOT, *(pathlib.Path(p) for p in sys.path if p)):
+        if (base / module).is_file():
+            return base / module
+    return None
+
+
 @functools.cache
 def defined(module: str) -> set[str]:
     """Qualified names of the functions and classes a module defines (``Class.method``)."""
@@ -92,7 +103,9 @@ def defined(module: str) -> set[str]:
                 if isinstance(node, ast.ClassDef):
                     walk(node.body, f"{prefix}{node.name}.")
 
-    walk(ast.parse((ROOT / module).read_text()).body, "")
+    path = source_of(module)
+    assert path is not None, module
+    walk(ast.parse(path.read_text()).body, "")
     return names
 
 
@@ -120,7 +133,7 @@ def test_every_verb_of_every_role_names_the_code_that_calls_it() -> None:
             assert comment and all(m.endswith(".py") and n for m, n in named), \
                 f"{path.relative_to(ROOT)}: {verb} names no caller (module.py:function)"
             for module, name in named:
-                assert (ROOT / module).is_file(), f"{path.relative_to(ROOT)}: {verb}: no {module}"
+                assert source_of(module) is not None, f"{path.relative_to(ROOT)}: {verb}: no {module}"
                 assert name in defined(module), f"{path.relative_to(ROOT)}: {verb}: {module} defines no {name}"
 
 

@@ -54,6 +54,10 @@ async def test_the_stack_serves_every_cluster_and_stops_without_leftovers(tmp_pa
             for plural in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"):
                 result = _kubectl(running.kubeconfig, "--context", context, "get", plural)
                 assert result.returncode == 0, result.stderr
+            # What Kubeflow Trainer's installation publishes for the kubeflow SDK's TrainerClient.
+            result = _kubectl(running.kubeconfig, "--context", context, "get", "configmap", "-n", "kubeflow-system",
+                              "kubeflow-trainer-public", "-o", "jsonpath={.data}")
+            assert (result.returncode, result.stdout) == (0, '{"kubeflow_trainer_version":"v2.3.0"}'), result.stderr
 
         with pytest.raises(stack.StackError, match="in use by a running kto stack"):
             async with stack.Stack(settings):

@@ -8,7 +8,6 @@ across two real worker processes and the loss in their logs falls.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import pathlib
 import re
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.pipeline import Pipeline
-from tests.sdk.conftest import training_client
+from tests.sdk.conftest import call, training_client
 
 pytest.importorskip("kubeflow.training", reason="the kubeflow-training SDK is not installed (pip install -e '.[test]')")
 
@@ -41,11 +40,6 @@ def rank_job(name: str, namespace: str) -> Any:
             },
         ),
     )
-
-
-async def call(function: Any, *args: Any, **kwargs: Any) -> Any:
-    """A blocking SDK call, off the event loop that runs kto's services."""
-    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 async def test_the_upstream_sdk_with_a_job_object_call_by_call(process_pipeline: Pipeline) -> None:

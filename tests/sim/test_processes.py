@@ -162,6 +162,24 @@ async def test_logs_follow_streams_a_running_process_until_it_exits(kubectl: Any
     assert result.stdout.splitlines() == [f"step {i}" for i in range(5)]
 
 
+async def test_logs_follow_reads_its_flag_as_the_api_server_does_so_the_python_client_follows(
+        kubectl: Any, tmp_path: pathlib.Path) -> None:
+    """The ``kubernetes`` Python client (the kubeflow SDK's get_job_logs(follow=True)) sends ``follow=True``:
+    kube-apiserver reads it with Go's strconv.ParseBool, and so does the sim."""
+    from kubernetes import client, config, watch
+
+    script = "import time\nfor i in range(5):\n    print(f'step {i}', flush=True); time.sleep(0.3)"
+    await kubectl("apply", "-f", "-", input=pod("steps", script))
+    await wait_for(kubectl, "steps", RUNNING)
+
+    def follow() -> list[str]:
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubectl.kubeconfig)))
+        return list(watch.Watch().stream(api.read_namespaced_pod_log, name="steps", namespace="default",
+                                         follow=True))
+
+    assert await asyncio.to_thread(follow) == [f"step {i}" for i in range(5)]
+
+
 @pytest.mark.parametrize("command, message", [
     pytest.param(["nosuch-trainer", "--epochs", "3"], 'exec: "nosuch-trainer": executable file not found in $PATH',
                  id="not-on-path"),
