@@ -93,8 +93,11 @@ class Reconciler:
         if key.kind not in RECONCILED_KINDS:
             return False
         memory = self._memories.of(record.key)
-        if (memory.released is not None and isinstance(record, records.Observation) and record.event != "DELETED"
-                and record.object_kind in RECONCILED_KINDS and views.seen_before(record.object, memory.released)):
+        # The record is of the job itself only when its kind is the key's: a JobSet is a job of its
+        # own family and, under its TrainJob's key, a child.
+        is_job = isinstance(record, records.Observation) and record.object_kind == key.kind
+        if (memory.released is not None and isinstance(record, records.Observation) and is_job
+                and record.event != "DELETED" and views.seen_before(record.object, memory.released)):
             return False  # the finished job, released, as it was then (a resync): nothing to read or decide
         view = memory.view
         if isinstance(record, records.Decision):
@@ -108,8 +111,8 @@ class Reconciler:
         # The view now holds a record's word: a pass that would act reads the API server first.
         view.read_back = False
         if not record.omitted and record.event != "DELETED":
-            view.note_logged(record.object, record.object_kind in RECONCILED_KINDS)
-        if record.object_kind in RECONCILED_KINDS:
+            view.note_logged(record.object, is_job)
+        if is_job:
             memory.job_seen = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
             if record.omitted and record.event != "DELETED":

@@ -247,6 +247,8 @@ class JobSet(common.Model):
     KIND: ClassVar[str] = KIND
     PLURAL: ClassVar[str] = PLURAL
     SINGULAR: ClassVar[str] = SINGULAR
+    CONTROLLER_NAME: ClassVar[str] = "jobset"
+    """The component of its Events (JobSet's controller records as ``jobset``)."""
 
     api_version: str = API_VERSION
     kind: str = KIND

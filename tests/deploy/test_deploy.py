@@ -577,10 +577,12 @@ def test_every_overlay_is_accepted_by_the_real_api_server(installed: Installed, 
     lines = done.stdout.strip().splitlines()
     assert len(lines) == len(objects(overlay)), done.stdout
     assert all(line.endswith("(server dry run)") for line in lines), done.stdout
-    # The session's cluster got the CRDs by POST (tests/fixtures/tiers.py), not by kubectl apply,
-    # which says so once per CRD; any other warning (a deprecated field, a Pod Security warning) fails.
+    # The session's cluster got the CRDs and Trainer's public ConfigMap by POST (tests/fixtures/tiers.py,
+    # pipeline.py), not by kubectl apply, which says so once per object; any other warning (a deprecated
+    # field, a Pod Security warning) fails.
     warnings = [line for line in done.stderr.strip().splitlines() if not re.fullmatch(
-        r"Warning: resource customresourcedefinitions/\S+ is missing the kubectl.kubernetes.io/"
+        r"Warning: resource (customresourcedefinitions/\S+|configmaps/kubeflow-trainer-public) is missing the "
+        r"kubectl.kubernetes.io/"
         r"last-applied-configuration annotation .*", line)]
     assert not warnings, done.stderr
 

@@ -434,7 +434,7 @@ def test_the_listing_offers_every_cluster_even_one_that_did_not_answer() -> None
     assert [j["name"] for j in listing["jobs"]] == ["mnist"] and listing["total"] == 1
     assert listing["choices"]["cluster"] == ["kto-1", "kto-2"]
     assert listing["choices"]["kind"] == ["PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob",
-                                          "TrainingJob"]
+                                          "TrainingJob", "JobSet", "TrainJob"]
     assert listing["clusters"] == [{"name": "kto-1", "error": "", "jobs": 1},
                                    {"name": "kto-2", "error": "no answer in 5s", "jobs": 0}]
 

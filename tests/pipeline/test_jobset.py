@@ -19,6 +19,7 @@ from shared.kube import resources
 from tests.fixtures.pipeline import Pipeline
 from tests.pipeline.test_pipeline import job as v1_job
 from tests.pipeline.test_replay import kto
+from tests.sdk import conftest as sdk_conftest
 from tests.sdk.conftest import label_nodes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def replicated(name: str, replicas: int, pods: int, resolve: list[str], **fields
 
 async def test_a_jobset_with_depends_on_runs_to_completed(pipeline: Pipeline) -> None:
     await label_nodes(pipeline, "process")
-    await asyncio.sleep(0.5)  # the kubelet's node watch
+    await asyncio.sleep(sdk_conftest.NODE_WATCH)
     try:
         names = ["js-a-0-0.js", "js-a-0-1.js", "js-b-1-1.js", f"js-b-0-0.js.{pipeline.namespace}.svc"]
         await pipeline.submit({
@@ -143,7 +144,7 @@ async def test_the_example_jobset_runs_to_completed(pipeline: Pipeline) -> None:
     """examples/jobset/depends-on.yaml as a user applies it: each train pod reads its JOB_COMPLETION_INDEX."""
     example = yaml.safe_load((ROOT / "examples" / "jobset" / "depends-on.yaml").read_text())
     await label_nodes(pipeline, "process")
-    await asyncio.sleep(0.5)  # the kubelet's node watch
+    await asyncio.sleep(sdk_conftest.NODE_WATCH)
     try:
         await pipeline.submit(example)
         done = await pipeline.wait_for("JobSet", "depends-on", "Completed", timeout=90)

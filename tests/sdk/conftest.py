@@ -17,6 +17,11 @@ from tests.fixtures import pipeline as pipeline_fixture
 from tests.fixtures.pipeline import Pipeline
 
 
+NODE_WATCH = 2.0
+"""Seconds the kubelet is given to see its nodes' new runtime label (its node watch; under a loaded
+machine half a second was not always enough, and a pod started before ran simulated)."""
+
+
 async def label_nodes(pipe: Pipeline, runtime: str) -> None:
     items, _ = await pipe.client.list(NODES)
     for node in items:
@@ -30,7 +35,7 @@ async def process_pipeline(pipeline: Pipeline) -> AsyncIterator[Pipeline]:
     """The pipeline with its nodes labelled ``sim.kto.dev/runtime=process`` for the test (the kube tier's
     session cluster gets its label back afterwards)."""
     await label_nodes(pipeline, "process")
-    await asyncio.sleep(0.5)  # the kubelet's node watch
+    await asyncio.sleep(NODE_WATCH)
     try:
         yield pipeline
     finally:

@@ -251,8 +251,9 @@ def _sync_scaling(decision: effects.Effects, jobset: jobsets.JobSet, owned: Owne
         if _suspended(job):
             continue
         want = wanted.get(objects.labels_of(job).get(jobsets.REPLICATED_JOB_LABEL, ""))
-        if want is None or want.get("parallelism") != want.get("completions"):
-            continue
+        if want is None or not isinstance(want.get("parallelism"), int) or want.get("parallelism") != want.get(
+                "completions"):
+            continue  # not elastic: a template that leaves both out has the API server's defaults on its Jobs
         spec = job.get("spec") or {}
         if (spec.get("parallelism"), spec.get("completions")) != (want.get("parallelism"), want.get("completions")):
             decision.update({**job, "spec": {**spec, "parallelism": want.get("parallelism"),

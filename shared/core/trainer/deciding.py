@@ -52,7 +52,7 @@ INPUT_REFUSALS = frozenset({"Invalid", "BadRequest"})
 template it does not accept): such a job fails, as one refused at admission would have been;
 any other refusal (a quota, a forbidden create, …) is only ``ResourcesCreated`` False, and the
 job is looked at again."""
-RETRY_AFTER = 30.0
+RETRY_AFTER = 10.0
 """Seconds before a job whose objects could not be made because of its input is looked at again:
 runtimes are not watched, so a runtime created or fixed later is found by this look (upstream
 retries with the controller's backoff)."""

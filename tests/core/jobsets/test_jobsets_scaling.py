@@ -56,6 +56,13 @@ def test_parallelism_unequal_to_completions_is_not_elastic_and_changes_nothing()
     assert deciding.decide(jobsets.load(document), running_jobs(document, 2), NOW).updates == []
 
 
+def test_a_template_without_parallelism_or_completions_leaves_the_api_servers_defaults_alone() -> None:
+    document = jobset(1, 1)
+    spec = document["spec"]["replicatedJobs"][0]["template"]["spec"]
+    del spec["parallelism"], spec["completions"]
+    assert deciding.decide(jobsets.load(document), running_jobs(document, 1), NOW).updates == []
+
+
 def test_a_suspended_jobset_suspends_its_jobs_without_scaling_them() -> None:
     document = jobset(3, 3, suspend=True)
     [updated] = deciding.decide(jobsets.load(document), running_jobs(document, 2), NOW).updates
