@@ -364,15 +364,7 @@ async def apply(client: clients.KubeClient, manifests: Sequence[dict[str, Any]])
     """Create each manifest, in order, or replace what is there (as ``kubectl apply`` leaves it)."""
     for manifest in manifests:
         rt = resources.for_manifest(manifest)
-        namespace = manifest["metadata"].get("namespace") if rt.namespaced else None
-        try:
-            await client.create(rt, namespace, manifest)
-        except clients.ApiError as exc:
-            if not exc.already_exists:
-                raise
-            current = await client.get(rt, namespace, manifest["metadata"]["name"])
-            await client.replace(rt, namespace, dict(manifest, metadata=dict(
-                manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"])))
+        await client.put(rt, manifest["metadata"].get("namespace") if rt.namespaced else None, manifest)
 
 
 def trainer_runtimes() -> list[dict[str, Any]]:

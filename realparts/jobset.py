@@ -181,15 +181,15 @@ class JobSetController(lifecycle.Started):
         config = self.directory / "config.yaml"
         config.write_text(yaml.safe_dump(configuration(certs, webhook_port, probe_port), sort_keys=False))
         async with await clients.KubeClient.connect(self.kubeconfig, self.context) as client:
-            await apply(client, resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                       "metadata": {"name": NAMESPACE}})
+            await client.put(resources.NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": NAMESPACE}})
             for crd in crds(build):
-                await apply(client, resources.for_manifest(crd), crd)
+                await client.put(resources.for_manifest(crd), None, crd)
             await _established(client, [crd["metadata"]["name"] for crd in crds(build)], self._start_timeout)
             self._registered = True
             for manifest in webhook_configurations(build, f"https://127.0.0.1:{webhook_port}",
                                                    authority.cert.read_bytes()):
-                await apply(client, resources.for_manifest(manifest), manifest)
+                await client.put(resources.for_manifest(manifest), None, manifest)
         argv = (str(build / BINARY), f"--kubeconfig={self.kubeconfig}", f"--config={config}")
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
         self._process = process = processes.Process(BINARY, processes.Command(argv, log=self.log, env=env))
@@ -233,18 +233,6 @@ class JobSetController(lifecycle.Started):
                             raise
         except Exception as exc:  # the cluster gone first: the process must still stop
             failed.append(exc)
-
-
-async def apply(client: clients.KubeClient, rt: resources.ResourceType, manifest: dict[str, Any]) -> None:
-    """Create ``manifest`` (cluster-scoped), or replace what is there by it."""
-    try:
-        await client.create(rt, None, manifest)
-    except clients.ApiError as exc:
-        if not exc.already_exists:
-            raise
-        current = await client.get(rt, None, manifest["metadata"]["name"])
-        await client.replace(rt, None, dict(manifest, metadata=dict(
-            manifest["metadata"], resourceVersion=current["metadata"]["resourceVersion"])))
 
 
 async def _established(client: clients.KubeClient, names: list[str], timeout: float) -> None:

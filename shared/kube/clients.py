@@ -483,6 +483,17 @@ class KubeClient:
     async def replace(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("PUT", rt.path(namespace, body["metadata"]["name"]), body=body, route=rt.plural)
 
+    async def put(self, rt: resources.ResourceType, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        """Create ``body``, or replace what is there of its name by it (on the stored resourceVersion)."""
+        try:
+            return await self.create(rt, namespace, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+        current = await self.get(rt, namespace, body["metadata"]["name"])
+        return await self.replace(rt, namespace, dict(body, metadata=dict(
+            body["metadata"], resourceVersion=current["metadata"]["resourceVersion"])))
+
     async def patch(
         self, rt: resources.ResourceType, namespace: str | None, name: str, body: Any,
         patch_type: PatchType = "merge", subresource: str | None = None,
