@@ -9,7 +9,7 @@ fields carry the upstream camelCase names as aliases. Unknown fields are kept
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 from pydantic import alias_generators
@@ -81,6 +81,22 @@ class ObjectMeta(Model):
     annotations: dict[str, str] | None = None
     owner_references: list[OwnerReference] | None = None
     finalizers: list[str] | None = None
+
+
+class Named:
+    """The ``name`` and ``namespace`` of a stored object's model, read from its ``metadata`` (a
+    mixin of the kinds kto serves)."""
+
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
 
 
 class ReplicaSpec(Model):

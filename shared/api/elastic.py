@@ -124,7 +124,7 @@ class TrainingJobStatus(ETStatus):
     """Names of the worker pods now running, in index order: the hosts of the launcher's hostfile."""
 
 
-class _Object(common.Model):
+class _Object(common.Named, common.Model):
     """What the three kinds share: apiVersion, metadata, and the name and namespace."""
 
     KIND: ClassVar[str]
@@ -133,14 +133,6 @@ class _Object(common.Model):
 
     api_version: str = API_VERSION
     metadata: common.ObjectMeta = pydantic.Field(default_factory=common.ObjectMeta)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or "default"
 
 
 class TrainingJob(_Object):

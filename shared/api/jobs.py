@@ -138,7 +138,7 @@ class JAXJobSpec(JobSpec):
     coordinator address (COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID)."""
 
 
-class Job(common.Model):
+class Job(common.Named, common.Model):
     """Fields and constants common to every kind; subclasses fix ``spec``'s type."""
 
     KIND: ClassVar[str]
@@ -163,14 +163,6 @@ class Job(common.Model):
     spec: JobSpec
     status: common.JobStatus | None = None
     """Most recently observed status of the job, written by kto's status service; read-only."""
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or "default"
 
     @property
     def replica_specs(self) -> ReplicaSpecs | None:

@@ -241,7 +241,7 @@ class JobSetStatus(common.Model):
     """Per replicated job, its Jobs counted by state."""
 
 
-class JobSet(common.Model):
+class JobSet(common.Named, common.Model):
     """A group of batch Jobs run as one workload (jobset.x-k8s.io/v1alpha2)."""
 
     KIND: ClassVar[str] = KIND
@@ -257,14 +257,6 @@ class JobSet(common.Model):
     """What the JobSet runs."""
     status: JobSetStatus | None = None
     """What the controller saw."""
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or "default"
 
     @property
     def uid(self) -> str:

@@ -112,7 +112,7 @@ class MPIJobSpec(common.Model):
     launcher Job), gang scheduling, suspension and which controller manages it."""
 
 
-class MPIJob(common.Model):
+class MPIJob(common.Named, common.Model):
     """An MPI job of mpi-operator (kubeflow.org/v2beta1): a launcher Job runs mpirun over SSH across the
     Worker pods."""
 
@@ -127,14 +127,6 @@ class MPIJob(common.Model):
     """Desired state of the MPIJob."""
     status: common.JobStatus | None = None
     """Most recently observed status of the job, written by kto's status service; read-only."""
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or "default"
 
     @property
     def run_policy(self) -> RunPolicy:

@@ -977,7 +977,7 @@ class TrainJobStatus(common.Model):
         return next((c for c in self.conditions or [] if c.type == condition_type), None)
 
 
-class TrainJob(common.Model):
+class TrainJob(common.Named, common.Model):
     """TrainJob represents configuration of a training job."""
 
     KIND: ClassVar[str] = TRAINJOB_KIND
@@ -996,14 +996,6 @@ class TrainJob(common.Model):
     """spec of the TrainJob."""
     status: TrainJobStatus | None = None
     """status of TrainJob."""
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or "default"
 
     @property
     def suspended(self) -> bool:
