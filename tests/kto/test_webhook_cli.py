@@ -147,7 +147,7 @@ def big_review(size: int) -> bytes:
     return body.replace(b'"pad": ""', b'"pad": "' + b"p" * (size - len(body)) + b'"')
 
 
-async def test_healthz_answers_within_100_ms_while_a_3_mib_review_is_decided_and_4_mib_is_refused(
+async def test_healthz_is_not_held_by_a_3_mib_review_being_decided_and_4_mib_is_refused(
     webhook_process: tuple[str, pathlib.Path, subprocess.Popen[str]], tmp_path: pathlib.Path,
 ) -> None:
     url, ca, process = webhook_process
@@ -177,21 +177,29 @@ async def test_healthz_answers_within_100_ms_while_a_3_mib_review_is_decided_and
 
         await healthz()  # the TLS handshake, once
         worst: list[float] = []
+        rounds: list[float] = []
         for _ in range(3):
+            began = time.perf_counter()
             deciding = [asyncio.create_task(review()) for _ in range(2)]
             took = []
             while not all(task.done() for task in deciding):
                 took.append(await healthz())
                 await asyncio.sleep(0.005)
+            rounds.append(time.perf_counter() - began)
             for task in deciding:
                 answer = task.result()
                 assert answer["response"]["uid"] == "u-1", answer
             assert took
             worst.append(max(took))
-        # Decided on the event loop, a probe made during each decision would wait for it, in every
-        # round; off it, they answer at once (a round may meet a busy moment of a loaded machine).
-        assert sorted(worst)[1] < 0.1, f"/healthz took {', '.join(f'{w * 1000:.0f}' for w in worst)} ms at most " \
-                                       "in the three rounds of deciding"
+        # Decided on the event loop, a probe made during a round would wait out a whole decision (about
+        # half the round, two reviews being decided) in every round; off it, probes answer at once: under
+        # 100 ms on an idle machine (about 35 ms), and still a small part of the round on a loaded one,
+        # where the deciding threads slow down as much as the loop does. The middle round is judged (one
+        # may meet a busy moment of the machine).
+        bound = max(0.1, sorted(rounds)[1] / 4)
+        assert sorted(worst)[1] < bound, (
+            f"/healthz took {', '.join(f'{w * 1000:.0f}' for w in worst)} ms at most in rounds of deciding that took "
+            f"{', '.join(f'{r * 1000:.0f}' for r in rounds)} ms (bound {bound * 1000:.0f} ms)")
 
     async with aiohttp.ClientSession() as reviews:
         # 4 MiB is refused from its Content-Length, before the body is read: 413 with a review saying so.
