@@ -2,12 +2,13 @@
 
 In: records from ``kto.jobs`` in log order per job key: observations of the
 job and its pods (``handle`` takes each into the key's view; ``settle`` acts
-once per burst). A failure verdict is taken from the job itself (the
+once per burst), and of the job's Kueue Workloads. A failure verdict is taken from the job itself (the
 reconciler's ``kto.dev/failure`` annotation, as the API server returned it),
 never from a Decision record, which anyone who can write to the topic could forge. Out: the job's
 ``/status`` written only when it changed and at most once per write interval
 (optimistic concurrency, re-read and recompute on 409), Kubernetes Events for transitions, and a ``status_written``
-Decision record. The status itself is computed by the job's family
+Decision record, and the reason Kueue gives on a Workload for keeping the job waiting copied to an
+Event on the job (``events.queue_events``: Kueue writes it to the Workload only). The status itself is computed by the job's family
 (:data:`shared.core.families.REGISTRY`; ``shared.core.statuses.compute`` for the
 kubeflow.org/v1 kinds, the sync's decision for MPIJob v2beta1), pure. This worker
 is the only writer of the status of the families whose ``status_writer`` it is; a
@@ -73,16 +74,19 @@ class StatusAggregator:
         """Job key → (uid, version) of the finished job whose view was let go: a record of it as
         it was then (a resync) is passed over, not read afresh (``_release_if_finished``)."""
         self._said: dict[str, set[tuple[str, ...]]] = {}
-        """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
+        """Job key → marks of the pod and queue Events this process recorded (see ``_pod_events``)."""
+        self._workloads: dict[str, dict[str, dict[str, Any]]] = {}
+        """Job key → its Kueue Workloads as the records last showed them, by name (see ``_queue_events``)."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
-        observations of jobs, pods and (an MPIJob v2beta1's launcher) batch Jobs, and the wake-ups of
-        keys that waited for their cluster (:func:`shared.workers.waiting_for_clusters`)."""
+        observations of jobs, pods, (an MPIJob v2beta1's launcher) batch Jobs and Kueue's Workloads, and the
+        wake-ups of keys that waited for their cluster (:func:`shared.workers.waiting_for_clusters`)."""
         kind, _, what = type_tag.partition(":")
         if kind == "decision":
             return what == records.WAKE_ACTION
-        return kind == "observation" and (what in STATUS_CHILD_KINDS or what in families.REGISTRY.status_kinds)
+        return kind == "observation" and (
+            what in STATUS_CHILD_KINDS or what == WORKLOAD_KIND or what in families.REGISTRY.status_kinds)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record into the key's view (the KeyedConsumer handler); True if
@@ -95,6 +99,8 @@ class StatusAggregator:
             return False
         if isinstance(record, records.Decision):
             return records.is_wake(record, "status")
+        if record.object_kind == WORKLOAD_KIND:
+            return self._observe_workload(record)
         job_kinds = families.REGISTRY.status_kinds
         if (record.object_kind in job_kinds and record.event != "DELETED" and record.key not in self._views
                 and views.seen_before(record.object, self._released.get(record.key))):
@@ -146,6 +152,7 @@ class StatusAggregator:
             return None
         if self._settings.record_events:
             await self._pod_events(client, job_key, view)
+            await self._queue_events(client, job_key, view)
         pace = self._paces[job_key]
         due = (pace.last_write if pace.last_write is not None else pace.first_seen) + self._settings.write_interval
         wait = due - self._clock()
@@ -216,11 +223,39 @@ class StatusAggregator:
         said.update(mark for mark, _ in new)
         await self._events.record(client, job, [event for _, event in new], _now())
 
+    def _observe_workload(self, record: records.Observation) -> bool:
+        """A Workload of the job (Kueue's, keyed by the watcher under the job it belongs to) into the
+        key's Workloads; True when it says why the job waits (``settle`` then says it)."""
+        workloads = self._workloads.setdefault(record.key, {})
+        name = objects.name_of(record.object)
+        if record.event == "DELETED" or record.omitted:
+            workloads.pop(name, None)
+            return False
+        workloads[name] = record.object
+        if not child_events.queue_events([record.object]):
+            return False
+        self._view(record.key)
+        return True
+
+    async def _queue_events(self, client: clients.KubeClient, job_key: str, view: views.JobView) -> None:
+        """Why Kueue keeps the job waiting, as its Workloads say it, each reason and message once per
+        Workload (``events.queue_events``), on the job: Kueue writes it to the Workload alone, where
+        the job's user does not look."""
+        said = self._said.setdefault(job_key, set())
+        new = [(mark, event) for mark, event in child_events.queue_events(self._workloads.get(job_key, {}).values())
+               if mark not in said]
+        computed = self._compute(view) if new else None
+        if computed is None:
+            return
+        said.update(mark for mark, _ in new)
+        await self._events.record(client, computed[0], [event for _, event in new], _now())
+
     def forget(self, job_keys: set[str]) -> None:
         """Drop what is kept for keys that are gone or whose partitions went to
         another worker (hydrated afresh if they come back)."""
         for job_key in job_keys:
             self._said.pop(job_key, None)
+            self._workloads.pop(job_key, None)
             self._released.pop(job_key, None)
             view = self._views.pop(job_key, None)
             self._paces.pop(job_key, None)
@@ -339,3 +374,6 @@ def _newly_finished(before: Any, after: Any) -> bool:
 
 STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})
 """Children a status is computed from: pods, and an MPIJob v2beta1's launcher ``batch/v1`` Job."""
+WORKLOAD_KIND = "Workload"
+"""Kueue's Workload of a job (``kueue.x-k8s.io``): not a child a status is computed from; what it says of
+the job's wait in its queue becomes an Event on the job."""
