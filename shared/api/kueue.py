@@ -208,8 +208,8 @@ def _changes(before: Workload | None, after: Workload, cluster: str, seen_at: st
             yield moment("check", f"admission check {name} {state}" + (f": {message}" if message else ""), time=time)
     if after.cluster_name and (before is None or before.cluster_name != after.cluster_name):
         # Set with the MultiKueue check's Ready state, in the same write.
-        ready = max((time for _, state, _, time in after.checks if state == "Ready"), key=_instant, default="")
-        yield moment("dispatched", f"to worker cluster {after.cluster_name} (MultiKueue)", time=ready)
+        when = max((time for _, state, _, time in after.checks if state == "Ready"), key=_instant, default="")
+        yield moment("dispatched", f"to worker cluster {after.cluster_name} (MultiKueue)", time=when)
     for condition, event in ((EVICTED, "evicted"), (PREEMPTED, "preempted"), (REQUEUED, "requeued")):
         found = changed(condition)
         if found is not None and found.status == "True":
