@@ -86,7 +86,7 @@ class StatusAggregator:
         if kind == "decision":
             return what == records.WAKE_ACTION
         return kind == "observation" and (
-            what in STATUS_CHILD_KINDS or what == WORKLOAD_KIND or what in families.REGISTRY.status_kinds)
+            what in STATUS_CHILD_KINDS or what == kueue.WORKLOAD_KIND or what in families.REGISTRY.status_kinds)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record into the key's view (the KeyedConsumer handler); True if
@@ -99,7 +99,7 @@ class StatusAggregator:
             return False
         if isinstance(record, records.Decision):
             return records.is_wake(record, "status")
-        if record.object_kind == WORKLOAD_KIND:
+        if record.object_kind == kueue.WORKLOAD_KIND:
             return self._observe_workload(record)
         job_kinds = families.REGISTRY.status_kinds
         if (record.object_kind in job_kinds and record.event != "DELETED" and record.key not in self._views
@@ -374,6 +374,3 @@ def _newly_finished(before: Any, after: Any) -> bool:
 
 STATUS_CHILD_KINDS = frozenset({"Pod", "Job"})
 """Children a status is computed from: pods, and an MPIJob v2beta1's launcher ``batch/v1`` Job."""
-WORKLOAD_KIND = "Workload"
-"""Kueue's Workload of a job (``kueue.x-k8s.io``): not a child a status is computed from; what it says of
-the job's wait in its queue becomes an Event on the job."""

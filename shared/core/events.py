@@ -16,12 +16,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from shared.api import objects
+from shared.api import kueue, objects
 
 MPI_KIND = "MPIJob"
-QUOTA_RESERVED = "QuotaReserved"
-"""Kueue's Workload condition (``kueue.x-k8s.io/v1beta2``): quota is reserved in a ClusterQueue; False,
-with why, while the Workload waits."""
 WAITING_REASONS = frozenset({"Pending", "Inadmissible"})
 """The QuotaReserved=False reasons Kueue gives a waiting Workload: ``Pending`` (its scheduler: no quota
 or no flavour fits, or preempted and requeued) and ``Inadmissible`` (no such LocalQueue or ClusterQueue,
@@ -165,7 +162,7 @@ def queue_events(workloads: Iterable[Mapping[str, Any]]) -> list[tuple[tuple[str
     found: list[tuple[tuple[str, ...], Event]] = []
     for workload in workloads:
         for condition in (workload.get("status") or {}).get("conditions") or []:
-            if not isinstance(condition, Mapping) or condition.get("type") != QUOTA_RESERVED:
+            if not isinstance(condition, Mapping) or condition.get("type") != kueue.QUOTA_RESERVED:
                 continue
             reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
             if condition.get("status") == "False" and reason in WAITING_REASONS and message:
