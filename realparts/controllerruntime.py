@@ -1,6 +1,7 @@
 """What kto reads of a controller-runtime manager's output: the training-operator and the JobSet
 controller both are one, logging in zap's development format (one line per entry, its fields a
-JSON object after the message); Kueue is one too, in zap's JSON format (the line is the object).
+JSON object after the message); Kueue is one too, in zap's JSON format (the line is the object),
+its controllers named by ``logger`` (its log processor drops controller-runtime's ``controller``).
 
 And what running one outside a cluster as its installation runs it inside takes (the JobSet
 controller, Kueue): its manifests read, its webhooks called by URL with kto's certificates, its
@@ -41,7 +42,7 @@ def workers_started(log: str, controller: str) -> bool:
             fields = json.loads(line[line.index("{"):])
         except ValueError:
             continue
-        if isinstance(fields, dict) and fields.get("controller") == controller:
+        if isinstance(fields, dict) and controller in (fields.get("controller"), fields.get("logger")):
             return True
     return False
 

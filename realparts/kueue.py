@@ -81,8 +81,8 @@ BUILD_REVISION = 1
 
 GROUP = "kueue.x-k8s.io"
 API_VERSION = f"{GROUP}/v1beta2"
-CONTROLLER = "workload_controller"
-"""The Workload controller's name in controller-runtime's log lines: running once Kueue leads."""
+CONTROLLER = "workload-reconciler"
+"""The Workload controller's logger in Kueue's log lines: its workers start once Kueue leads."""
 START_TIMEOUT = 90.0
 """Seconds from the start to Kueue's controllers running and its webhooks answering."""
 MUTATING = "kueue-mutating-webhook-configuration"

@@ -26,9 +26,10 @@ from tests.fixtures import sim as sim_fixtures
 from tests.fixtures import tiers
 from tests.realparts import test_control_plane
 
-WORKLOAD_LINE = ('{"level":"info","ts":"2026-11-27T17:00:02Z","msg":"Starting workers",'
-                 '"controller":"workload_controller","controllerGroup":"kueue.x-k8s.io","worker count":5}')
-QUEUE_LINE = WORKLOAD_LINE.replace("workload_controller", "clusterqueue_controller")
+WORKLOAD_LINE = ('{"level":"info","ts":"2026-11-27T17:08:34.814271703Z","logger":"workload-reconciler",'
+                 '"caller":"controller/controller.go:306","msg":"Starting workers","replica-role":"leader",'
+                 '"worker count":1}')
+FLAVOR_LINE = WORKLOAD_LINE.replace("workload-reconciler", "resourceflavor-reconciler").replace("leader", "follower")
 
 QUEUED_PYTORCHJOB = """
 apiVersion: kubeflow.org/v1
@@ -53,8 +54,8 @@ spec:
 
 @pytest.mark.parametrize(("log", "started"), [
     pytest.param('{"level":"info","msg":"Initializing"}', False, id="initializing"),
-    pytest.param(QUEUE_LINE, False, id="only-the-clusterqueue-controller-runs"),
-    pytest.param(f"{QUEUE_LINE}\n{WORKLOAD_LINE}\n", True, id="the-workload-controller-runs"),
+    pytest.param(FLAVOR_LINE, False, id="a-follower-runs-the-resourceflavor-controller"),
+    pytest.param(f"{FLAVOR_LINE}\n{WORKLOAD_LINE}\n", True, id="the-leader-runs-the-workload-controller"),
 ])
 def test_kueue_counts_as_started_once_its_workload_controller_runs(log: str, started: bool) -> None:
     assert controllerruntime.workers_started(log, kueue.CONTROLLER) is started
