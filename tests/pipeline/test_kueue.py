@@ -98,8 +98,10 @@ class Kind:
     """The condition it ends with."""
     pod_label: str
     """The label its pods carry with the job's name."""
-    podsets: frozenset[str]
-    """Kueue's podSet names (the replica types lower-cased, or the JobSet's replicated jobs)."""
+    podsets: tuple[str, ...]
+    """Kueue's podSets in its order: the replica types of its ordered list that the job has, lower-cased
+    (kubeflowjob's ``OrderedReplicaTypes``, mpijob's ``orderedReplicaTypes``), or the JobSet's replicated
+    jobs (a TrainJob)."""
 
     def suspended(self, job: dict[str, Any]) -> bool:
         spec = job.get("spec") or {}
@@ -108,10 +110,10 @@ class Kind:
 
 TRAINING = "training.kubeflow.org/job-name"
 KINDS = {
-    "PyTorchJob": Kind(resources.JOB_TYPES["PyTorchJob"], "Succeeded", TRAINING, frozenset({"master", "worker"})),
-    "TFJob": Kind(resources.JOB_TYPES["TFJob"], "Succeeded", TRAINING, frozenset({"chief", "worker"})),
-    "MPIJob": Kind(resources.MPIJOBS_V2BETA1, "Succeeded", TRAINING, frozenset({"launcher", "worker"})),
-    "TrainJob": Kind(resources.TRAINJOBS, "Complete", "jobset.sigs.k8s.io/jobset-name", frozenset({"node"})),
+    "PyTorchJob": Kind(resources.JOB_TYPES["PyTorchJob"], "Succeeded", TRAINING, ("master", "worker")),
+    "TFJob": Kind(resources.JOB_TYPES["TFJob"], "Succeeded", TRAINING, ("chief", "worker")),
+    "MPIJob": Kind(resources.MPIJOBS_V2BETA1, "Succeeded", TRAINING, ("launcher", "worker")),
+    "TrainJob": Kind(resources.TRAINJOBS, "Complete", "jobset.sigs.k8s.io/jobset-name", ("node",)),
 }
 
 
@@ -294,6 +296,8 @@ async def test_jobs_kueue_admits_run_with_the_flavour_kueue_wrote_into_their_tem
             await submit(pipeline, queued(job, lq))
         for kind, (job, count) in made.items():
             name = job["metadata"]["name"]
+            workload = await workload_of(pipeline, kind, name)
+            assert tuple(p["name"] for p in workload["spec"]["podSets"]) == KINDS[kind].podsets, workload["spec"]
             assert_placed_by_kueue(kind, await running_pods(pipeline, kind, name, count))
         for kind, (job, _) in made.items():
             name = job["metadata"]["name"]
@@ -320,7 +324,12 @@ async def test_a_job_without_quota_waits_suspended_without_pods_until_the_first_
         await running_pods(pipeline, "PyTorchJob", "first", 2)
         await submit(pipeline, queued(pytorchjob("second", duration="2s"), lq))
         await no_pods_while_suspended(pipeline, "PyTorchJob", "second", 2.0)
-        assert not is_true(await workload_of(pipeline, "PyTorchJob", "second"), "QuotaReserved")
+        waiting = conditions(await workload_of(pipeline, "PyTorchJob", "second")).get("QuotaReserved", {})
+        assert (waiting.get("status"), waiting.get("reason")) == ("False", "Pending"), waiting
+
+        async def told() -> bool:
+            return any(reason == "Pending" for _, reason, _ in await events_of(pipeline, "second"))
+        await pipeline.eventually(told, timeout=30, what="Kueue's Pending reason as an Event on the waiting job")
         first = await until(pipeline, "PyTorchJob", "first", "Succeeded")
         second = await until(pipeline, "PyTorchJob", "second", "Succeeded")
         assert second["status"]["startTime"] >= first["status"]["completionTime"], "it ran once the first was done"
