@@ -80,9 +80,9 @@ def mpijob(name: str, duration: str = "3s", workers: int = 1) -> dict[str, Any]:
                          "Worker": {"replicas": workers, "template": template("mpi-worker", "600s")}}}}
 
 
-def trainjob(name: str) -> dict[str, Any]:
+def trainjob(name: str, duration: str = "6s") -> dict[str, Any]:
     (example,) = test_trainjobs._example("01-multi-node.yaml")
-    job = test_trainjobs.quick(example, **{"sim.kto.dev/duration": "6s"})
+    job = test_trainjobs.quick(example, **{"sim.kto.dev/duration": duration})
     job["metadata"]["name"] = name
     job["spec"]["trainer"]["numNodes"] = 2
     job["spec"]["trainer"]["resourcesPerNode"] = {"limits": {GPU: "1"}}
@@ -363,7 +363,13 @@ async def test_a_preempted_job_loses_its_pods_keeps_itself_and_runs_again_when_r
         found = conditions(preempted)
         assert (found["Suspended"]["reason"], found["Running"]["status"], found["Running"]["reason"]) == (
             suspended_reason, "False", suspended_reason)
-        assert all(not r.get("active") for r in preempted["status"].get("replicaStatuses", {}).values())
+        # Kueue gives the quota back once the job is not active (replicaStatuses[*].active all 0):
+        # training-operator says so at once, mpi-operator once the pods are gone.
+
+        async def inactive() -> bool:
+            status = (await get(pipeline, kind, "low")).get("status") or {}
+            return all(not r.get("active") for r in (status.get("replicaStatuses") or {}).values())
+        await pipeline.eventually(inactive, timeout=30, what=f"no replica of the preempted {kind} active")
         evicted = conditions(await workload_of(pipeline, kind, "low")).get("Evicted", {})
         assert evicted.get("reason") == "Preempted", evicted
 
@@ -372,6 +378,38 @@ async def test_a_preempted_job_loses_its_pods_keeps_itself_and_runs_again_when_r
         assert conditions(resumed)["Suspended"]["reason"] == resumed_reason
         assert resumed["status"]["startTime"] > started["status"]["startTime"], "startTime is reset on resume"
         await until(pipeline, kind, "low", "Succeeded")
+
+
+async def test_a_preempted_trainjob_suspends_its_jobset_and_completes_once_readmitted(pipeline: Pipeline) -> None:
+    await test_trainjobs.install(pipeline, test_trainjobs._builtin("torch-distributed"))
+    async with queues(pipeline) as q:
+        cq = await q.cluster_queue("main", await q.flavor(), {GPU: 2},
+                                   preemption={"withinClusterQueue": "LowerPriority"})
+        await q.active(cq)
+        lq = await q.local_queue("main", cq)
+        low, high = await q.priority("low", 100), await q.priority("high", 1000)
+        await submit(pipeline, queued(trainjob("low", duration="8s"), lq, low))
+        await running_pods(pipeline, "TrainJob", "low", 2)
+        await submit(pipeline, queued(pytorchjob("high", duration="2s"), lq, high))
+
+        preempted = await until(pipeline, "TrainJob", "low", "Suspended")
+        assert conditions(preempted)["Suspended"]["reason"] == "Suspended"
+        jobset = await pipeline.client.get(resources.JOBSETS, pipeline.namespace, "low")
+        assert jobset["spec"]["suspend"] is True, "the TrainJob's JobSet is suspended with it"
+        # Kueue's TrainJob Stop waits until no Job is active (jobsStatus) before it puts the templates back.
+
+        async def inactive() -> bool:
+            status = (await get(pipeline, "TrainJob", "low")).get("status") or {}
+            return all(not j.get("active") for j in status.get("jobsStatus") or [])
+        await pipeline.eventually(inactive, timeout=30, what="no Job of the preempted TrainJob active")
+        evicted = conditions(await workload_of(pipeline, "TrainJob", "low")).get("Evicted", {})
+        assert evicted.get("reason") == "Preempted", evicted
+
+        await until(pipeline, "PyTorchJob", "high", "Succeeded")
+        resumed = await until(pipeline, "TrainJob", "low", "Suspended", status="False")
+        assert conditions(resumed)["Suspended"]["reason"] == "Resumed"
+        await until(pipeline, "TrainJob", "low", "Complete")
+        assert_placed_by_kueue("TrainJob", await pods(pipeline, "TrainJob", "low"))
 
 
 # --- fair sharing in a cohort ----------------------------------------------------------------------
@@ -400,7 +438,10 @@ async def test_two_teams_share_gpus_in_a_cohort_borrowing_then_reclaiming(pipeli
         reclaimed = next(name for name, suspended in held.items() if suspended)
         evicted = conditions(await workload_of(pipeline, "PyTorchJob", reclaimed)).get("Evicted", {})
         assert evicted.get("reason") == "Preempted", evicted
-        assert not await pods(pipeline, "PyTorchJob", reclaimed)
+
+        async def gone() -> bool:
+            return not await pods(pipeline, "PyTorchJob", reclaimed)
+        await pipeline.eventually(gone, timeout=30, what=f"the pods of {reclaimed} deleted")
         await until(pipeline, "PyTorchJob", "b-1", "Succeeded")
 
 
