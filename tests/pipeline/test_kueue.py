@@ -24,7 +24,7 @@ import pytest
 from shared.api import kueue
 from shared.kube import clients, resources
 from tests.fixtures.pipeline import Pipeline
-from tests.pipeline import test_trainjobs
+from tests.pipeline import test_admission, test_trainjobs
 
 pytestmark = [pytest.mark.parametrize("tier", ["kube"], indirect=True), pytest.mark.usefixtures("real_kueue")]
 
@@ -410,6 +410,30 @@ async def test_a_preempted_trainjob_suspends_its_jobset_and_completes_once_readm
         assert conditions(resumed)["Suspended"]["reason"] == "Resumed"
         await until(pipeline, "TrainJob", "low", "Complete")
         assert_placed_by_kueue("TrainJob", await pods(pipeline, "TrainJob", "low"))
+
+
+admission = test_admission.admission
+"""kto's admission webhook, registered for the test's namespace as ``kto up`` registers it."""
+
+
+async def test_kueues_patches_pass_ktos_own_admission_webhook(pipeline: Pipeline,
+                                                            admission: test_admission.Admission) -> None:
+    """Beside Kueue's webhook, kto's (as ``kto up`` and deploy/ run it) defaults the job at creation and
+    admits Kueue's two updates: its flavour written into the templates with ``suspend: false``, and
+    the templates put back with ``suspend: true`` when it preempts."""
+    async with queues(pipeline) as q:
+        cq = await q.cluster_queue("main", await q.flavor(), {GPU: 2},
+                                   preemption={"withinClusterQueue": "LowerPriority"})
+        await q.active(cq)
+        lq = await q.local_queue("main", cq)
+        low, high = await q.priority("low", 100), await q.priority("high", 1000)
+        created = await submit(pipeline, queued(pytorchjob("low", duration="6s"), lq, low))
+        assert created["spec"]["runPolicy"].get("cleanPodPolicy"), "kto's webhook defaulted it"
+        assert_placed_by_kueue("PyTorchJob", await running_pods(pipeline, "PyTorchJob", "low", 2))
+        await submit(pipeline, queued(pytorchjob("high", duration="2s"), lq, high))
+        await until(pipeline, "PyTorchJob", "low", "Suspended")
+        await until(pipeline, "PyTorchJob", "high", "Succeeded")
+        await until(pipeline, "PyTorchJob", "low", "Succeeded")
 
 
 # --- fair sharing in a cohort ----------------------------------------------------------------------
