@@ -76,7 +76,8 @@ class StatusAggregator:
         self._said: dict[str, set[tuple[str, ...]]] = {}
         """Job key → marks of the pod and queue Events this process recorded (see ``_pod_events``)."""
         self._workloads: dict[str, dict[str, dict[str, Any]]] = {}
-        """Job key → its Kueue Workloads as the records last showed them, by name (see ``_queue_events``)."""
+        """Job key → those of its Kueue Workloads whose last record says why the job waits, by name (see
+        ``_queue_events``)."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
@@ -228,12 +229,12 @@ class StatusAggregator:
         key's Workloads; True when it says why the job waits (``settle`` then says it)."""
         workloads = self._workloads.setdefault(record.key, {})
         name = objects.name_of(record.object)
-        if record.event == "DELETED" or record.omitted:
-            workloads.pop(name, None)
+        if record.event == "DELETED" or record.omitted or not child_events.queue_events([record.object]):
+            workloads.pop(name, None)  # only what says why the job waits is kept
+            if not workloads:
+                self._workloads.pop(record.key, None)
             return False
         workloads[name] = record.object
-        if not child_events.queue_events([record.object]):
-            return False
         self._view(record.key)
         return True
 
