@@ -253,7 +253,7 @@ class KueueController(controllerruntime.LocalManager):
         config.write_text(yaml.safe_dump(configuration(certs, webhook_port, probe_port, self.settings),
                                          sort_keys=False))
         webhooks = webhook_configurations(build, f"https://127.0.0.1:{webhook_port}", ca, self.settings.frameworks)
-        argv = (str(build / BINARY), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+        argv = (str(build / BINARY), f"--config={config}",
                 f"--feature-gates={feature_gates(self.settings)}")
         await self._launch(controllerruntime.manifests(build / CRD_DIR), webhooks, argv, probe_port, _webhooks_answer)
 
