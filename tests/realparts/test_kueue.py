@@ -147,6 +147,19 @@ def test_without_go_the_build_says_so_in_one_line(tmp_path: pathlib.Path, monkey
     assert "\n" not in str(raised.value)
 
 
+def test_a_failed_build_says_so_in_one_line_and_keeps_gos_output(tmp_path: pathlib.Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KTO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "modules"))
+    monkeypatch.setenv("GOPROXY", "off")  # the module cannot be had: go get fails as with a registry down
+    kept = tmp_path / "cache" / f"kueue-{kueue.VERSION}-r{kueue.BUILD_REVISION}.failed.log"
+    with pytest.raises(caching.PartError) as raised:
+        kueue.ensure_build(quiet=True)
+    assert str(raised.value) == f"go get of Kueue {kueue.VERSION} failed (exit 1); its output is in {kept}"
+    assert "GOPROXY=off" in kept.read_text()
+    assert not list((tmp_path / "cache").glob("*.tmp-*")), "nothing that looks like a build is left"
+
+
 @pytest.fixture
 def build() -> pathlib.Path:
     tiers.require_real_tier()
