@@ -232,8 +232,8 @@ class KueueController(controllerruntime.LocalManager):
     """The Kueue process against one cluster; its state (configuration, certificates) in
     ``directory``, its output in ``directory/kueue.log``.
 
-    ``start`` applies the CRDs and namespace, registers the webhooks and returns once Kueue's
-    Workload controller runs and its webhooks answer through the API server, or fails within
+    ``start`` applies the CRDs and namespace, registers the webhooks and returns once Kueue leads,
+    its Workload controller runs and its webhooks answer through the API server, or fails within
     ``settings.start_timeout`` seconds with Kueue's last log lines. ``stop`` removes the webhook
     configurations (with ``failurePolicy: Fail`` they refuse every queued kind while nothing
     answers them), then the process and its lease (Kueue releases it on a clean stop; this covers
