@@ -100,17 +100,26 @@ def test_the_managers_cluster_queue_goes_through_the_multikueue_admission_check_
     assert queue["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]}
 
 
-def test_every_worker_holds_the_managers_queues_of_the_same_names_and_quota() -> None:
+def quota(queue: dict[str, Any]) -> dict[str, str]:
+    return {r["name"]: str(r["nominalQuota"]) for group in queue["spec"]["resourceGroups"]
+            for flavor in group["flavors"] for r in flavor["resources"]}
+
+
+def test_every_worker_holds_the_managers_queues_of_the_same_names_and_the_manager_their_quota_together() -> None:
+    """MultiKueue creates a job's copy in the LocalQueue of the same namespace and name in a worker;
+    the manager reserves a job's quota before it dispatches it, so its quota is the workers' sum."""
     manager, worker = kueue_objects("multikueue/manager"), kueue_objects("multikueue/worker")
-    queues = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
-    for kind in queues:
-        ours = {o["metadata"].get("namespace", ""): o for o in manager if o["kind"] == kind}
-        theirs = {o["metadata"].get("namespace", ""): o for o in worker if o["kind"] == kind}
-        assert ours.keys() == theirs.keys()
-        for key, mine in ours.items():
-            spec = {k: v for k, v in mine.get("spec", {}).items() if k != "admissionChecksStrategy"}
-            assert (mine["metadata"]["name"], spec) == (theirs[key]["metadata"]["name"], theirs[key].get("spec", {}))
-    assert of_kind("multikueue/worker", "LocalQueue")["user-queue"]["metadata"]["namespace"] == "default"
+    named = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in worker}
+    assert {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in manager
+            if o["kind"] in ("ResourceFlavor", "ClusterQueue", "LocalQueue")} == named
+    assert ("LocalQueue", "default", "user-queue") in named
+    ours, theirs = of_kind("multikueue/manager", "ClusterQueue"), of_kind("multikueue/worker", "ClusterQueue")
+    for name, queue in ours.items():
+        assert queue["spec"]["resourceGroups"][0]["coveredResources"] == \
+            theirs[name]["spec"]["resourceGroups"][0]["coveredResources"]
+        doubled = {r: str(2 * int(v)) if v.isdigit() else f"{2 * int(v[:-2])}Gi" for r, v in quota(theirs[name]).items()}
+        assert quota(queue) == doubled
+        assert "admissionChecksStrategy" not in theirs[name]["spec"]
 
 
 def multikueue_rules() -> set[tuple[str, str, str]]:
@@ -222,7 +231,7 @@ def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has
 
 
 def test_the_overlays_are_documented_with_the_commands_docs_fleets_md_gives() -> None:
-    for overlay in FLEET_OVERLAYS:
+    for overlay in (*FLEET_OVERLAYS, "multikueue/manager/queues"):
         comment = (DEPLOY / "overlays" / overlay / "kustomization.yaml").read_text()
         applied = re.findall(r"kubectl (?:--context \S+ )?apply -k deploy/overlays/\S+", comment)
         assert applied and all(line in (ROOT / "docs" / "fleets.md").read_text() for line in applied), overlay
