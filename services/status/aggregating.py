@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from shared.api import common, jobs, objects
+from shared.api import common, jobs, kueue, objects
 from shared import metrics
 from shared.bus import producing, records
 from shared.core import basis, conditions, families, outcomes, preparing, views
@@ -300,7 +300,7 @@ class StatusAggregator:
                 continue
             written.setdefault("apiVersion", jobs.API_VERSION)
             written.setdefault("kind", key.kind)
-            self._metrics.status_written(str(key), job.status, outcome.status)
+            self._metrics.status_written(str(key), job.status, outcome.status, kueue.queue_of(view.job))
             the_basis = basis.describe(view.job or body, list(view.children.values()), now, logged=basis.logged_in(view),
                                        unconfirmed=view.unconfirmed(outcomes.FAILURE_ANNOTATION))
             view.replace_job(written)

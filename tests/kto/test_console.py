@@ -462,7 +462,8 @@ def test_a_job_gone_from_its_cluster_is_shown_as_the_audit_log_last_saw_it() -> 
     assert page["status"] == {"completionTime": "2026-01-02T03:09:00Z"}
     assert page["timeline"][0]["pod"] == "mnist-worker-0 (u-1)" and page["timeline"][0]["running"]
     assert page["decisions"] == [{
-        "time": "1970-01-01T00:00:02.000Z", "offset": "3/1", "source": "reconciler/r-1", "action": "child_created",
+        "time": "1970-01-01T00:00:02.000Z", "cluster": "kto-1", "offset": "3/1", "source": "reconciler/r-1",
+        "action": "child_created",
         "object": "Pod mnist-worker-0", "reason": "SuccessfulCreatePod", "message": "",
         "traceId": "b" * 32, "traceUrl": TRACE_URL.format(trace_id="b" * 32)}]
     assert page["trace"] == {"id": "a" * 32, "url": TRACE_URL.format(trace_id="a" * 32)}, "the first record's"
