@@ -25,7 +25,7 @@ import yaml
 
 from realparts import caching
 from realparts import kueue as real_kueue
-from shared.api import common
+from shared.api import kueue as kueue_api
 from shared.kube import resources
 from tests.deploy.test_deploy import (
     DEPLOY, KUBECTL, OVERLAYS, ROOT, SERVICES, Installed, built, installed, kubectl, objects, of_kind, rbac_of,
@@ -35,7 +35,7 @@ from tests.fixtures import tiers
 __all__ = ["installed"]  # the fixture, shared with test_deploy.py
 
 FLEET_OVERLAYS = ("kueue", "multikueue/manager", "multikueue/worker")
-KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_GROUP = kueue_api.GROUP
 KUEUE_NAMESPACE = "kueue-system"
 WORKERS = ("worker-1", "worker-2")
 DISPATCHED_KINDS = (*(k for k, rt in resources.JOB_TYPES.items() if rt.group == "kubeflow.org"), "TrainJob", "JobSet")
@@ -88,7 +88,7 @@ def test_kto_under_kueue_is_granted_exactly_what_it_is_granted_without_it(overla
 def test_the_managers_cluster_queue_goes_through_the_multikueue_admission_check_to_both_workers() -> None:
     overlay = "multikueue/manager"
     check = of_kind(overlay, "AdmissionCheck")["multikueue"]
-    assert check["spec"]["controllerName"] == common.MANAGED_BY_MULTIKUEUE
+    assert check["spec"]["controllerName"] == kueue_api.MANAGED_BY_MULTIKUEUE
     parameters = check["spec"]["parameters"]
     assert (parameters["apiGroup"], parameters["kind"]) == (KUEUE_GROUP, "MultiKueueConfig")
     config = of_kind(overlay, "MultiKueueConfig")[parameters["name"]]
@@ -154,12 +154,15 @@ def with_kueue_crds(installed: Installed) -> Iterator[Installed]:
         crds = sorted((real_kueue.ensure_build() / "crd").glob("*.yaml"))
     except caching.PartError as exc:
         tiers.unavailable("Kueue", str(exc))
+    names = [f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds]
+    there = installed.kubectl("get", *names, check=False).returncode == 0
     for crd in crds:
         installed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    names = [f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds]
     installed.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
     installed.kubectl("create", "namespace", KUEUE_NAMESPACE, check=False)
     yield installed
+    if not there:  # later modules of this pytest worker see the cluster as it was: kto's watcher would watch Workloads
+        installed.kubectl("delete", *names, "--wait=false", check=False)
 
 
 @pytest.mark.parametrize("overlay", FLEET_OVERLAYS)

@@ -41,7 +41,7 @@ import yaml
 
 from kto import cli, stack
 from realparts import kueue as real_kueue
-from shared.api import common
+from shared.api import kueue as kueue_api
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, resources
 from tests.fixtures import tiers
@@ -59,7 +59,6 @@ WORKER_LOST_TIMEOUT = 15.0
 on a worker the manager cannot reach."""
 PYTORCHJOBS = resources.JOB_TYPES["PyTorchJob"]
 MPIJOBS = resources.MPIJOBS_V2BETA1
-WORKLOADS = resources.ResourceType(real_kueue.GROUP, "v1beta2", "workloads", "Workload")
 GPUS_PER_POD = 3
 """Two such pods a job: a worker's ClusterQueue (8 GPUs, deploy/overlays/kueue/queues) admits one job at a time."""
 
@@ -104,14 +103,14 @@ def pytorchjob(name: str, run: str = "2s") -> dict[str, Any]:
     specs = {rt: {"replicas": 1, "restartPolicy": "OnFailure", "template": replica("pytorch", run, GPUS_PER_POD)}
              for rt in ("Master", "Worker")}
     return {"apiVersion": PYTORCHJOBS.api_version, "kind": "PyTorchJob",
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {kueue_api.QUEUE_NAME_LABEL: QUEUE}},
             "spec": {"runPolicy": {"cleanPodPolicy": "None"}, "pytorchReplicaSpecs": specs}}
 
 
 def mpijob(name: str, run: str = "2s") -> dict[str, Any]:
     """Launcher 1 (no GPU) + Worker 2 of GPUS_PER_POD GPUs each, in the same LocalQueue."""
     return {"apiVersion": MPIJOBS.api_version, "kind": "MPIJob",
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {kueue_api.QUEUE_NAME_LABEL: QUEUE}},
             "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"},
                      "sshAuthMountPath": "/home/mpiuser/.ssh",
                      "mpiReplicaSpecs": {
@@ -152,7 +151,7 @@ class Fleet:
 
     async def workload_of(self, context: str, job: dict[str, Any]) -> dict[str, Any] | None:
         """The Workload Kueue made for ``job`` in ``context`` (owned by it, same kind and name)."""
-        found, _ = await self.kube[context].list(WORKLOADS, NAMESPACE)
+        found, _ = await self.kube[context].list(resources.WORKLOADS, NAMESPACE)
         for workload in found:
             owners = workload["metadata"].get("ownerReferences") or []
             if any(o["kind"] == job["kind"] and o["name"] == job["metadata"]["name"] for o in owners):
@@ -256,7 +255,7 @@ async def test_the_documented_job_runs_on_a_worker_and_its_manager_copy_says_so(
     assert out[:2] == ["pytorchjob.kubeflow.org/fleet-mnist created", "pytorchjob.kubeflow.org/fleet-mnist condition met"]
     assert out[2].split() == ["JOB", "WORKER"]
     assert [line.split()[0] for line in out[3:-1]] == ["fleet-mnist"] and out[3].split()[1] in WORKERS, out
-    assert out[-1] == common.MANAGED_BY_MULTIKUEUE
+    assert out[-1] == kueue_api.MANAGED_BY_MULTIKUEUE
 
 
 async def test_jobs_submitted_to_the_manager_run_on_both_workers_and_finish_there_mirrored(fleet: Fleet) -> None:
@@ -272,7 +271,7 @@ async def test_jobs_submitted_to_the_manager_run_on_both_workers_and_finish_ther
                 for job in jobs:
                     copy = await fleet.get(worker, type_of(job), job["metadata"]["name"])
                     if copy is not None and (copy["metadata"].get("labels") or {}).get(
-                            "kueue.x-k8s.io/prebuilt-workload-name"):
+                            kueue_api.PREBUILT_WORKLOAD_LABEL):
                         assert "managedBy" not in (copy["spec"].get("runPolicy") or {}), copy["spec"]["runPolicy"]
                         if condition(copy, "Running") or condition(copy, "Succeeded"):
                             seen_on[job["metadata"]["name"]].add(worker)
@@ -290,7 +289,7 @@ async def test_jobs_submitted_to_the_manager_run_on_both_workers_and_finish_ther
     assert {w for where in seen_on.values() for w in where} == set(WORKERS), seen_on
     for job, manager_copy in zip(jobs, done, strict=True):
         name = job["metadata"]["name"]
-        assert manager_copy["spec"]["runPolicy"]["managedBy"] == common.MANAGED_BY_MULTIKUEUE
+        assert manager_copy["spec"]["runPolicy"]["managedBy"] == kueue_api.MANAGED_BY_MULTIKUEUE
         workload = await fleet.workload_of(MANAGER, job)
         assert workload is not None and workload["status"]["clusterName"] in seen_on[name], workload
         assert condition(workload, "Finished") is not None, workload["status"]
@@ -309,7 +308,7 @@ async def test_jobs_submitted_to_the_manager_run_on_both_workers_and_finish_ther
         wire = [r["record"] for r in records]
         assert any(r["type"] == "observation" for r in wire)
         assert not [d for d in wire if d.get("action") in ("child_created", "status_written")], wire
-        assert f"managed by {common.MANAGED_BY_MULTIKUEUE}" in json.dumps(wire)
+        assert f"managed by {kueue_api.MANAGED_BY_MULTIKUEUE}" in json.dumps(wire)
 
 
 async def test_a_frozen_worker_loses_its_job_to_the_other_after_the_worker_lost_timeout(fleet: Fleet) -> None:
