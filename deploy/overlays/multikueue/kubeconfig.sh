@@ -17,20 +17,11 @@ worker=$1
 context=$2
 dir=${3:-.}
 server=${4:-$(kubectl config view --minify --context "$context" -o jsonpath='{.clusters[0].cluster.server}')}
-token=""
-tries=0
-while [ -z "$token" ]; do  # the worker's token controller fills the Secret in
-  token=$(kubectl --context "$context" -n kueue-system get secret multikueue-sa-token \
-    -o jsonpath='{.data.token}' | base64 -d)
-  tries=$((tries + 1))
-  if [ -z "$token" ]; then
-    if [ "$tries" -ge 60 ]; then
-      echo "kubeconfig.sh: the Secret multikueue-sa-token in $context has no token after 30s" >&2
-      exit 1
-    fi
-    sleep 0.5
-  fi
-done
+# The worker's token controller fills the Secret in.
+kubectl --context "$context" -n kueue-system wait secret/multikueue-sa-token \
+  --for=jsonpath='{.data.token}' --timeout=30s >/dev/null
+token=$(kubectl --context "$context" -n kueue-system get secret multikueue-sa-token \
+  -o jsonpath='{.data.token}' | base64 -d)
 ca=$(mktemp)
 trap 'rm -f "$ca"' EXIT
 kubectl --context "$context" -n kueue-system get secret multikueue-sa-token \
