@@ -13,6 +13,8 @@ interrupted build leaves nothing that looks finished.
 from __future__ import annotations
 
 import fcntl
+import functools
+import json
 import os
 import pathlib
 import shutil
@@ -69,6 +71,49 @@ def go_build(directory: pathlib.Path, *, module: str, version: str, package: str
                     [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / binary), package]):
         run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
                    what=f"{' '.join(command[:2])} of {what} {version}")
+
+
+def module_dir(source: pathlib.Path, module: str, version: str) -> pathlib.Path:
+    """Where the Go module cache holds ``module`` at ``version`` (downloaded by a build in ``source``)."""
+    go = require_tool("go", GO_HOW)
+    found = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=source,
+                           capture_output=True, check=False)
+    if found.returncode != 0:
+        raise PartError(f"go mod download of {module}@{version} failed: "
+                        f"{found.stderr.decode(errors='replace').strip()}")
+    return pathlib.Path(json.loads(found.stdout)["Dir"])
+
+
+def copy_tree(source: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy a directory of the module cache, made writable (the module cache's files are read-only,
+    and a cached build must be removable)."""
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+CRD_DIR = "crd"
+"""Where a controller's build keeps its module's ``config/components/crd/bases``."""
+WEBHOOK_DIR = "webhook"
+"""Where a controller's build keeps its module's ``config/components/webhook``."""
+
+
+def go_build_controller(directory: pathlib.Path, *, module: str, version: str, package: str, binary: str,
+                        what: str) -> None:
+    """:func:`go_build` of a kubebuilder project's manager, with the module's CRDs (:data:`CRD_DIR`)
+    and webhook manifests (:data:`WEBHOOK_DIR`) beside the binary; the build module removed after."""
+    go_build(directory, module=module, version=version, package=package, binary=binary, what=what)
+    components = module_dir(directory / "src", module, version) / "config" / "components"
+    copy_tree(components / "crd" / "bases", directory / CRD_DIR)
+    copy_tree(components / "webhook", directory / WEBHOOK_DIR)
+    shutil.rmtree(directory / "src")
+
+
+def cached_controller(name: str, *, module: str, version: str, package: str, binary: str, what: str,
+                      revision: int, quiet: bool = False) -> pathlib.Path:
+    """The build of :func:`go_build_controller` in the cache as ``<name>-<version>-r<revision>``."""
+    return cached(f"{name}-{version}-r{revision}", functools.partial(
+        go_build_controller, module=module, version=version, package=package, binary=binary, what=what), quiet=quiet)
 
 
 def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = False) -> pathlib.Path:
