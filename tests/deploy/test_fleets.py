@@ -79,7 +79,9 @@ def test_each_fleet_overlay_builds_with_kueues_objects_and_none_of_kueues_instal
     pytest.param("multikueue/worker", "multi-cluster/member", id="worker"),
 ])
 @pytest.mark.parametrize("service", [*SERVICES, "webhook"])
-def test_kto_under_kueue_is_granted_exactly_what_it_is_granted_without_it(overlay: str, alone: str, service: str) -> None:
+def test_kto_under_kueue_is_granted_exactly_what_it_is_granted_without_it(
+    overlay: str, alone: str, service: str,
+) -> None:
     """Kueue suspends, resumes and injects node selectors through the job's own fields; kto reads
     nothing of Kueue's to run what Kueue admitted."""
     assert rbac_of(overlay, service) == rbac_of(alone, service)
@@ -117,7 +119,8 @@ def test_every_worker_holds_the_managers_queues_of_the_same_names_and_the_manage
     for name, queue in ours.items():
         assert queue["spec"]["resourceGroups"][0]["coveredResources"] == \
             theirs[name]["spec"]["resourceGroups"][0]["coveredResources"]
-        doubled = {r: str(2 * int(v)) if v.isdigit() else f"{2 * int(v[:-2])}Gi" for r, v in quota(theirs[name]).items()}
+        doubled = {r: str(2 * int(v)) if v.isdigit() else f"{2 * int(v[:-2])}Gi"
+                   for r, v in quota(theirs[name]).items()}
         assert quota(queue) == doubled
         assert "admissionChecksStrategy" not in theirs[name]["spec"]
 
@@ -173,7 +176,8 @@ def test_every_fleet_overlay_is_accepted_by_the_real_api_server_holding_kueues_c
     lines = done.stdout.strip().splitlines()
     assert len(lines) == len(objects(overlay)), done.stdout
     assert all(line.endswith("(server dry run)") for line in lines), done.stdout
-    assert not [line for line in done.stderr.splitlines() if "missing the kubectl.kubernetes.io" not in line], done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "missing the kubectl.kubernetes.io" not in line]
+    assert not warnings, done.stderr
 
 
 def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has_exactly_its_rbac(
@@ -227,8 +231,9 @@ def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has
         assert not can_i("update", f"{rt.plural}.{rt.group}"), kind
     for verb, what in (("create", "workloads.kueue.x-k8s.io"), ("patch", "workloads.kueue.x-k8s.io/status")):
         assert can_i(verb, what), (verb, what)
-    for verb, what in (("create", "pods"), ("get", "secrets"), ("list", "secrets"), ("create", "clusterqueues.kueue.x-k8s.io"),
-                       ("update", "pytorchjobs.kubeflow.org/status"), ("get", "trainingjobs.kai.alibabacloud.com")):
+    for verb, what in (("create", "pods"), ("get", "secrets"), ("list", "secrets"),
+                       ("create", "clusterqueues.kueue.x-k8s.io"), ("update", "pytorchjobs.kubeflow.org/status"),
+                       ("get", "trainingjobs.kai.alibabacloud.com")):
         assert not can_i(verb, what), (verb, what)
     assert not can_i("get", "secrets", KUEUE_NAMESPACE)
 

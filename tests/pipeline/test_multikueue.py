@@ -138,7 +138,8 @@ class Fleet:
         self.running = running
         self.kube = kube
         self.cwd = cwd
-        """Where docs/fleets.md's blocks run: ``.kto`` → the stack's state directory, ``deploy`` → the repository's."""
+        """Where docs/fleets.md's blocks run: ``.kto`` is the stack's state directory, ``deploy`` the
+        repository's."""
 
     async def get(self, context: str, rt: resources.ResourceType, name: str,
                   namespace: str | None = NAMESPACE) -> dict[str, Any] | None:
@@ -216,7 +217,7 @@ async def fleet(real_kafka: KafkaSettings, tmp_path_factory: pytest.TempPathFact
     cwd = tmp_path_factory.mktemp("multikueue")
     settings = stack.StackSettings(
         state_dir=cwd / ".kto", clusters=3, control_plane="kube", multikueue=True, kafka=bus, nodes=2,
-        kueue_worker_lost_timeout=WORKER_LOST_TIMEOUT, start_timeout=180.0,
+        multikueue_worker_lost_timeout=WORKER_LOST_TIMEOUT, start_timeout=180.0,
     )
     (cwd / "deploy").symlink_to(ROOT / "deploy")
     async with stack.Stack(settings) as running:
@@ -252,7 +253,8 @@ async def test_the_manager_connects_both_workers_and_holds_the_documented_queues
 
 async def test_the_documented_job_runs_on_a_worker_and_its_manager_copy_says_so(fleet: Fleet) -> None:
     out = run_doc_block(fleet.running, "name: fleet-mnist", fleet.cwd).splitlines()
-    assert out[:2] == ["pytorchjob.kubeflow.org/fleet-mnist created", "pytorchjob.kubeflow.org/fleet-mnist condition met"]
+    assert out[:2] == ["pytorchjob.kubeflow.org/fleet-mnist created",
+                       "pytorchjob.kubeflow.org/fleet-mnist condition met"]
     assert out[2].split() == ["JOB", "WORKER"]
     assert [line.split()[0] for line in out[3:-1]] == ["fleet-mnist"] and out[3].split()[1] in WORKERS, out
     assert out[-1] == kueue_api.MANAGED_BY_MULTIKUEUE
