@@ -163,6 +163,10 @@ class StackSettings:
     workers, connected through the AdmissionCheck ``multikueue`` (a ClusterQueue that names it in
     its ``admissionChecksStrategy`` sends its jobs to the workers); needs two clusters or more."""
 
+    multikueue_worker_lost_timeout: float | None = None
+    """Seconds the manager's MultiKueue keeps a job admitted on a worker it cannot reach before it
+    dispatches the job again (its ``workerLostTimeout``); None: Kueue's default (15 minutes)."""
+
     broker: str = "tansu"
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
     ``<state-dir>/kafka``, kept across runs)."""
@@ -614,6 +618,9 @@ class Stack(lifecycle.Started):
         manager, *workers = self.contexts
         for context in self.contexts:
             settings = kueue.KueueSettings(multikueue=self.settings.multikueue and context == manager)
+            if self.settings.multikueue_worker_lost_timeout is not None:
+                settings = dataclasses.replace(
+                    settings, worker_lost_timeout=self.settings.multikueue_worker_lost_timeout)
             controller = kueue.KueueController(self.kubeconfig, context,
                                                self.state_dir / "clusters" / context / "kueue", settings)
             self.kueues[context] = controller
