@@ -37,7 +37,7 @@ spec:
     managedBy: kueue.x-k8s.io/multikueue
     suspend: true
   pytorchReplicaSpecs:
-    Master:
+    Master: &replica
       replicas: 1
       restartPolicy: OnFailure
       template:
@@ -46,13 +46,8 @@ spec:
           - name: pytorch
             image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
     Worker:
+      <<: *replica
       replicas: 2
-      restartPolicy: OnFailure
-      template:
-        spec:
-          containers:
-          - name: pytorch
-            image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
 """)
 
 
