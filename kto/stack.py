@@ -163,6 +163,10 @@ class StackSettings:
     workers, connected through the AdmissionCheck ``multikueue`` (a ClusterQueue that names it in
     its ``admissionChecksStrategy`` sends its jobs to the workers); needs two clusters or more."""
 
+    multikueue_worker_lost_timeout: float | None = None
+    """Seconds the manager's MultiKueue keeps a job admitted on a worker it cannot reach before it
+    dispatches the job again (its ``workerLostTimeout``); None: Kueue's default (15 minutes)."""
+
     broker: str = "tansu"
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
     ``<state-dir>/kafka``, kept across runs)."""
@@ -614,8 +618,14 @@ class Stack(lifecycle.Started):
         manager, *workers = self.contexts
         for context in self.contexts:
             settings = kueue.KueueSettings(multikueue=self.settings.multikueue and context == manager)
-            controller = kueue.KueueController(self.kubeconfig, context,
-                                               self.state_dir / "clusters" / context / "kueue", settings)
+            if self.settings.multikueue_worker_lost_timeout is not None:
+                settings = dataclasses.replace(
+                    settings, worker_lost_timeout=self.settings.multikueue_worker_lost_timeout)
+            # The cluster's own kubeconfig (its current context is the cluster): the binary takes a
+            # kubeconfig's current context, and the merged one's is kto-1's.
+            own = self.state_dir / "clusters" / context / "kubeconfig"
+            controller = kueue.KueueController(own, context, self.state_dir / "clusters" / context / "kueue",
+                                               settings)
             self.kueues[context] = controller
             try:
                 await controller.start()
