@@ -472,12 +472,17 @@ async def test_two_teams_share_gpus_in_a_cohort_borrowing_then_reclaiming(pipeli
 # --- bad input -------------------------------------------------------------------------------------
 
 
-async def test_a_job_naming_no_existing_local_queue_says_kueues_reason_and_never_runs(pipeline: Pipeline) -> None:
-    await submit(pipeline, queued(pytorchjob("lost"), "missing"))
+@pytest.mark.parametrize("kind", [pytest.param("PyTorchJob", id="pytorchjob"), pytest.param("TrainJob", id="trainjob")])
+async def test_a_job_naming_no_existing_local_queue_says_kueues_reason_and_never_runs(
+    pipeline: Pipeline, kind: str,
+) -> None:
+    if kind == "TrainJob":
+        await test_trainjobs.install(pipeline, test_trainjobs._builtin("torch-distributed"))
+    await submit(pipeline, queued(pytorchjob("lost") if kind == "PyTorchJob" else trainjob("lost"), "missing"))
     message = "LocalQueue missing doesn't exist"
     await pipeline.eventually(lambda: _said(pipeline, "lost", ("Warning", "Inadmissible", message)), timeout=30,
                               what=f"the Event {message!r} on the job")
-    await no_pods_while_suspended(pipeline, "PyTorchJob", "lost", 2.0)
+    await no_pods_while_suspended(pipeline, kind, "lost", 2.0)
 
 
 async def test_a_queue_without_a_gpu_flavour_says_kueues_reason_and_no_pod_is_made_across_a_restart(
