@@ -15,6 +15,10 @@ their own (``python -m kto ...``, each in its own process group, output to
 3. the CRDs of ``deploy/crds/`` applied to every cluster (waited on until
    Established); with ``jobset_controller="upstream"``, the real JobSet controller on
    each (realparts/jobset.py, its state in ``<state-dir>/clusters/<ctx>/jobset``);
+   with ``kueue``, the real Kueue on each (realparts/kueue.py, its state in
+   ``<state-dir>/clusters/<ctx>/kueue``) and with ``multikueue`` the first cluster made
+   MultiKueue's manager of the others (their kubeconfig Secrets, MultiKueueClusters, the
+   MultiKueueConfig and AdmissionCheck ``multikueue``, waited on until Active);
    then what Kubeflow Trainer publishes for its clients
    (``deploy/base/cluster/trainer-public/``: the namespace ``kubeflow-system`` and the
    ConfigMap ``kubeflow-trainer-public`` the ``kubeflow`` SDK reads) and, with
@@ -48,7 +52,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
@@ -59,6 +63,9 @@ from shared.bus import signing
 from shared.core import settings as operator_settings
 from shared.kube import clients, resources
 from supervising import processes
+
+if TYPE_CHECKING:
+    from realparts import kueue
 
 log = logging.getLogger("kto.stack")
 
@@ -147,6 +154,19 @@ class StackSettings:
     ``upstream`` (the real JobSet controller v0.12.0 on each cluster, realparts/jobset.py, and kto's
     services with ``KTO_SERVE_JOBSETS=false``); ``upstream`` needs ``control_plane="kube"``."""
 
+    kueue: bool = False
+    """The real Kueue v0.17.0 on every cluster (realparts/kueue.py: every integration kto serves);
+    needs ``control_plane="kube"``."""
+
+    multikueue: bool = False
+    """MultiKueue (implies ``kueue``): the first cluster (``kto-1``) is the manager, the others its
+    workers, connected through the AdmissionCheck ``multikueue`` (a ClusterQueue that names it in
+    its ``admissionChecksStrategy`` sends its jobs to the workers); needs two clusters or more."""
+
+    multikueue_worker_lost_timeout: float | None = None
+    """Seconds the manager's MultiKueue keeps a job admitted on a worker it cannot reach before it
+    dispatches the job again (its ``workerLostTimeout``); None: Kueue's default (15 minutes)."""
+
     broker: str = "tansu"
     """``tansu`` (embedded, in memory) or ``kafka`` (Apache Kafka in KRaft mode, logs under
     ``<state-dir>/kafka``, kept across runs)."""
@@ -203,6 +223,12 @@ class StackSettings:
                              f"{', '.join(JOBSET_CONTROLLERS)}")
         if self.jobset_controller == "upstream" and self.control_plane != "kube":
             raise StackError("the upstream JobSet controller runs on a real control plane: add --control-plane kube")
+        if (self.kueue or self.multikueue) and self.control_plane != "kube":
+            raise StackError(f"Kueue runs on a real control plane: add --control-plane kube to "
+                             f"--{'multikueue' if self.multikueue else 'kueue'}")
+        if self.multikueue and self.clusters < 2:
+            raise StackError(f"MultiKueue needs a manager and at least one worker: --clusters {self.clusters} "
+                             f"with --multikueue, give --clusters 2 or more")
         if self.broker not in BROKERS:
             raise StackError(f"broker {self.broker!r} is not one of {', '.join(BROKERS)}")
         if self.runtime not in RUNTIMES:
@@ -415,6 +441,9 @@ class Stack(lifecycle.Started):
         self.children: list[Child] = []
         self.jobset_controllers: dict[str, lifecycle.Started] = {}
         """Context → the real JobSet controller running on it (``settings.jobset_controller="upstream"``)."""
+        self.kueues: dict[str, kueue.KueueController] = {}
+        """Context → the real Kueue running on it (``settings.kueue`` or ``settings.multikueue``);
+        with ``multikueue`` the first context's is the manager."""
         self._tiers: list[list[Child]] = []
         """Children in start order, grouped; stopped last tier first."""
         self._lock: IO[str] | None = None
@@ -547,6 +576,8 @@ class Stack(lifecycle.Started):
             await self._start_webhooks()
         if s.jobset_controller == "upstream":
             await self._start_jobset_controllers()
+        if s.kueue or s.multikueue:
+            await self._start_kueues()
 
         services: list[Child] = []
         for context in self.contexts:
@@ -578,6 +609,37 @@ class Stack(lifecycle.Started):
                 await controller.start()
             except (caching.PartError, clients.ApiError) as exc:
                 raise StackError(f"{context}: the JobSet controller: {exc}") from None
+
+    async def _start_kueues(self) -> None:
+        """Kueue on every cluster; with ``multikueue`` the first one the manager of the others,
+        returned once every worker's MultiKueueCluster is Active."""
+        from realparts import caching, kueue
+
+        manager, *workers = self.contexts
+        for context in self.contexts:
+            settings = kueue.KueueSettings(multikueue=self.settings.multikueue and context == manager)
+            if self.settings.multikueue_worker_lost_timeout is not None:
+                settings = dataclasses.replace(
+                    settings, worker_lost_timeout=self.settings.multikueue_worker_lost_timeout)
+            # The cluster's own kubeconfig (its current context is the cluster): the binary takes a
+            # kubeconfig's current context, and the merged one's is kto-1's.
+            own = self.state_dir / "clusters" / context / "kubeconfig"
+            controller = kueue.KueueController(own, context, self.state_dir / "clusters" / context / "kueue",
+                                               settings)
+            self.kueues[context] = controller
+            try:
+                await controller.start()
+            except (caching.PartError, clients.ApiError) as exc:
+                raise StackError(f"{context}: Kueue: {exc}") from None
+        if not self.settings.multikueue:
+            return
+        try:
+            await kueue.connect_workers(self.kubeconfig, manager,
+                                        {context: (self.kubeconfig, context) for context in workers})
+            await kueue.wait_clusters_active(self.kubeconfig, manager, workers,
+                                             timeout=max(self.settings.start_timeout, kueue.START_TIMEOUT))
+        except (caching.PartError, clients.ApiError, ValueError) as exc:
+            raise StackError(f"{manager}: MultiKueue: {exc}") from None
 
     async def _start_proxy(self, context: str, kubeconfig: pathlib.Path, faults: str) -> pathlib.Path:
         """A faulting proxy in front of ``kubeconfig``'s cluster, ``faults`` in force from the start;
@@ -751,10 +813,10 @@ class Stack(lifecycle.Started):
         """Stop the tiers in reverse start order; release the state dir. Safe twice."""
         self._stopping = True
         timeout = self.settings.stop_timeout
-        while self.jobset_controllers:  # first: their webhooks go while the clusters answer
+        while self.kueues or self.jobset_controllers:  # first: their webhooks go while the clusters answer
             from realparts import caching
 
-            context, controller = self.jobset_controllers.popitem()
+            context, controller = (self.kueues or self.jobset_controllers).popitem()
             try:
                 await controller.stop()
             except caching.PartError as exc:  # a cluster that died first: the rest must still stop

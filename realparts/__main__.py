@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from realparts import caching, jobset, kafka, kube, strimzi, trainer, upstream
+from realparts import caching, jobset, kafka, kube, kueue, strimzi, trainer, upstream
 
 
 def main() -> int:
@@ -18,7 +18,8 @@ def main() -> int:
                          ("strimzi's CRDs", strimzi.ensure_crd_directory),
                          (f"kubeflow's training-operator {upstream.VERSION}", upstream.ensure_binary),
                          (f"kubeflow's trainer {trainer.VERSION} (manifests and examples)", trainer.ensure_module),
-                         (f"the JobSet controller {jobset.VERSION}", jobset.ensure_build)):
+                         (f"the JobSet controller {jobset.VERSION}", jobset.ensure_build),
+                         (f"Kueue {kueue.VERSION}", kueue.ensure_build)):
         started = time.monotonic()
         try:
             where = ensure()

@@ -13,6 +13,8 @@ interrupted build leaves nothing that looks finished.
 from __future__ import annotations
 
 import fcntl
+import functools
+import json
 import os
 import pathlib
 import shutil
@@ -45,12 +47,11 @@ def require_tool(name: str, how: str) -> str:
 def run_logged(command: list[str], *, cwd: pathlib.Path, env: dict[str, str], log_path: pathlib.Path,
                what: str) -> None:
     """Run one build step, its output appended to ``log_path``; a PartError naming ``what``, the exit
-    code and the log's last lines if it fails."""
+    code and the log (not its lines: a compiler's output is many lines) if it fails."""
     with log_path.open("ab") as output:
         result = subprocess.run(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
-        lines = log_path.read_text(errors="replace").strip().splitlines()[-8:]
-        raise PartError(f"{what} failed (exit {result.returncode}); last lines of {log_path}: " + " | ".join(lines))
+        raise PartError(f"{what} failed (exit {result.returncode}); its output is in {log_path}")
 
 
 GO_HOW = "install Go 1.26 or newer (https://go.dev/dl or your distribution's golang package)"
@@ -68,14 +69,58 @@ def go_build(directory: pathlib.Path, *, module: str, version: str, package: str
     for command in ([go, "get", f"{package}@{version}"],
                     [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / binary), package]):
         run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
-                   what=f"{' '.join(command[:2])} of {what} {version}")
+                   what=f"go {command[1]} of {what} {version}")
+
+
+def module_dir(source: pathlib.Path, module: str, version: str) -> pathlib.Path:
+    """Where the Go module cache holds ``module`` at ``version`` (downloaded by a build in ``source``)."""
+    go = require_tool("go", GO_HOW)
+    found = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=source,
+                           capture_output=True, check=False)
+    if found.returncode != 0:
+        raise PartError(f"go mod download of {module}@{version} failed: "
+                        f"{found.stderr.decode(errors='replace').strip()}")
+    return pathlib.Path(json.loads(found.stdout)["Dir"])
+
+
+def copy_tree(source: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy a directory of the module cache, made writable (the module cache's files are read-only,
+    and a cached build must be removable)."""
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+CRD_DIR = "crd"
+"""Where a controller's build keeps its module's ``config/components/crd/bases``."""
+WEBHOOK_DIR = "webhook"
+"""Where a controller's build keeps its module's ``config/components/webhook``."""
+
+
+def go_build_controller(directory: pathlib.Path, *, module: str, version: str, package: str, binary: str,
+                        what: str) -> None:
+    """:func:`go_build` of a kubebuilder project's manager, with the module's CRDs (:data:`CRD_DIR`)
+    and webhook manifests (:data:`WEBHOOK_DIR`) beside the binary; the build module removed after."""
+    go_build(directory, module=module, version=version, package=package, binary=binary, what=what)
+    components = module_dir(directory / "src", module, version) / "config" / "components"
+    copy_tree(components / "crd" / "bases", directory / CRD_DIR)
+    copy_tree(components / "webhook", directory / WEBHOOK_DIR)
+    shutil.rmtree(directory / "src")
+
+
+def cached_controller(name: str, *, module: str, version: str, package: str, binary: str, what: str,
+                      revision: int, quiet: bool = False) -> pathlib.Path:
+    """The build of :func:`go_build_controller` in the cache as ``<name>-<version>-r<revision>``."""
+    return cached(f"{name}-{version}-r{revision}", functools.partial(
+        go_build_controller, module=module, version=version, package=package, binary=binary, what=what), quiet=quiet)
 
 
 def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = False) -> pathlib.Path:
     """The finished build ``name`` in the cache, running ``build(directory)`` once if it is missing.
 
-    ``build`` fills the directory it is given and raises PartError on failure.
-    The first build prints its duration on stderr (it takes minutes).
+    ``build`` fills the directory it is given and raises PartError on failure; the failed build's
+    ``build.log`` is kept as ``<name>.failed.log`` beside it (the directory is removed), and the
+    error names that. The first build prints its duration on stderr (it takes minutes).
     """
     root = cache_root()
     final = root / name
@@ -94,6 +139,14 @@ def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = Fa
         started = time.monotonic()
         try:
             build(work)
+        except PartError as exc:
+            log, kept = work / "build.log", root / f"{name}.failed.log"
+            message = str(exc)
+            if log.is_file():
+                log.replace(kept)
+                message = message.replace(str(log), str(kept))
+            shutil.rmtree(work, ignore_errors=True)
+            raise PartError(message) from None
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

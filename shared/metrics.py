@@ -15,7 +15,7 @@ every address inside a pod (``$KUBERNETES_SERVICE_HOST`` set: the kubelet and
 Prometheus come from outside) and loopback elsewhere.
 
 Names are those operators already chart: training-operator's job counters
-(labels ``job_namespace``, ``framework``), controller-runtime's reconcile
+(labels ``job_namespace``, ``framework``, and kto's ``queue`` and ``cluster``: :data:`JOB_LABELS`), controller-runtime's reconcile
 metrics, client-go's REST client metrics; kto's own start with ``kto_``.
 What each counts, and where it differs from upstream, is in
 docs/observability.md ("Metrics").
@@ -121,12 +121,31 @@ class LagSource(Protocol):
     def lags(self) -> Mapping[tuple[str, int], int]: ...
 
 
-def _job_labels(job_key: str) -> tuple[str, str] | None:
-    """``(job_namespace, framework)`` of a key of one of the six training-operator kinds, else None."""
+JOB_LABELS = ("job_namespace", "framework", "queue", "cluster")
+"""The labels of the job counters: upstream's two, then the job's Kueue LocalQueue (its
+``kueue.x-k8s.io/queue-name`` label, "" when none) and its cluster (the kubeconfig context of its key).
+A LocalQueue is a namespace's, so the series are bounded by the LocalQueues times the frameworks
+times the clusters, never by the jobs; and a process keeps at most :data:`MAX_QUEUES` queue values."""
+
+MAX_QUEUES = 256
+"""Distinct ``queue`` label values a process keeps; later ones count as ``other``. A queue label is the
+user's to write (Kueue does not refuse one naming no LocalQueue: the job waits), so without a bound a
+user could grow the series with jobs of made-up queues."""
+
+_QUEUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+"""A label value (what Kubernetes lets a ``kueue.x-k8s.io/queue-name`` label hold)."""
+
+MAX_QUEUES_REMEMBERED = 65536
+"""Jobs whose queue a service keeps for the counters it bumps with a key only (the reconciler's
+restarts); the oldest is forgotten first (its restarts then count under queue "")."""
+
+
+def _job_labels(job_key: str, queue: str) -> tuple[str, str, str, str] | None:
+    """The :data:`JOB_LABELS` of a key of one of the six training-operator kinds, else None."""
     parts = job_key.split("/")
     if len(parts) != 4 or parts[2] not in jobs.KINDS:
         return None
-    return parts[1], jobs.KINDS[parts[2]].FRAMEWORK
+    return parts[1], jobs.KINDS[parts[2]].FRAMEWORK, queue, parts[0]
 
 
 def _true_conditions(status: common.JobStatus | None) -> set[str]:
@@ -172,7 +191,10 @@ class ServiceMetrics:
         self.registry = registry.CollectorRegistry(auto_describe=True)
         self._dead_letter_topic = dead_letter_topic
         self._types: set[str] = set()
-        job_labels = ["job_namespace", "framework"]
+        job_labels = list(JOB_LABELS)
+        self._queue_values: set[str] = set()
+        self._queues: dict[str, str] = {}
+        """Job key → its queue, for :meth:`_count_job` without the job at hand (:meth:`job_queue`)."""
 
         def counter(name: str, doc: str, labels: list[str]) -> prometheus_client.Counter:
             return prometheus_client.Counter(name, doc, labels, registry=self.registry)
@@ -298,24 +320,49 @@ class ServiceMetrics:
 
     # -- jobs and their statuses ---------------------------------------------------
 
-    def _count_job(self, counter: prometheus_client.Counter, job_key: str) -> None:
-        labels = _job_labels(job_key)
+    def _queue(self, queue: str) -> str:
+        """The ``queue`` label of a queue name, bounded in number (:data:`MAX_QUEUES`)."""
+        if not queue:
+            return ""
+        if not _QUEUE.fullmatch(queue):
+            return "other"
+        if queue not in self._queue_values:
+            if len(self._queue_values) >= MAX_QUEUES:
+                return "other"
+            self._queue_values.add(queue)
+        return queue
+
+    def _count_job(self, counter: prometheus_client.Counter, job_key: str, queue: str | None = None) -> None:
+        """Count one for the job of ``job_key``, in ``queue`` (None: the one :meth:`job_queue` said)."""
+        labels = _job_labels(job_key, self._queue(self._queues.get(job_key, "") if queue is None else queue))
         if labels is not None:
             counter.labels(*labels).inc()
 
-    def job_observed(self, event: str, kind: str, job_key: str) -> None:
-        """The watcher published an observation: a job's own deletion counts."""
-        if event == "DELETED" and job_key.count("/") == 3 and job_key.split("/")[2] == kind:
-            self._count_job(self.jobs_deleted, job_key)
+    def job_queue(self, job_key: str, queue: str, gone: bool = False) -> None:
+        """The job of ``job_key`` is in Kueue's LocalQueue ``queue`` ("" for none); ``gone``: it was
+        deleted (forget it)."""
+        self._queues.pop(job_key, None)
+        if gone or not queue:
+            return
+        if len(self._queues) >= MAX_QUEUES_REMEMBERED:
+            self._queues.pop(next(iter(self._queues)))
+        self._queues[job_key] = queue
 
-    def status_written(self, job_key: str, old: common.JobStatus | None, new: common.JobStatus) -> None:
-        """The status service wrote ``new`` over ``old``: a write, and the conditions it made True."""
+    def job_observed(self, event: str, kind: str, job_key: str, queue: str) -> None:
+        """The watcher published an observation: a job's own deletion counts (``queue``: the job's)."""
+        if event == "DELETED" and job_key.count("/") == 3 and job_key.split("/")[2] == kind:
+            self._count_job(self.jobs_deleted, job_key, queue)
+
+    def status_written(self, job_key: str, old: common.JobStatus | None, new: common.JobStatus,
+                       queue: str) -> None:
+        """The status service wrote ``new`` over ``old`` of a job in ``queue``: a write, and the conditions
+        it made True."""
         self.status_writes.labels(job_key.split("/")[2] if job_key.count("/") == 3 else "other").inc()
         made_true = _true_conditions(new) - _true_conditions(old)
         for condition, counter in (("Created", self.jobs_created), ("Succeeded", self.jobs_successful),
                                    ("Failed", self.jobs_failed)):
             if condition in made_true:
-                self._count_job(counter, job_key)
+                self._count_job(counter, job_key, queue)
 
     def confirmed(self, service: str, overruled: bool) -> None:
         """A worker read the API server before acting on a record's word; ``overruled``: its answer called

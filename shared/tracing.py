@@ -18,13 +18,15 @@ across Kafka, at little cost). A value kto cannot use raises
 Out: the process's :class:`TracerProvider`; the aiohttp hooks that put the
 Kubernetes API calls in spans and carry their context to the API server;
 :func:`inject` / :func:`extract` that carry the W3C ``traceparent`` /
-``tracestate`` headers on Kafka header lists (``list[tuple[str, bytes]]``).
+``tracestate`` headers on Kafka header lists (``list[tuple[str, bytes]]``); :func:`derived`, a parent
+context that is a pure function of a seed (one trace for what several processes see of one thing).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -431,3 +433,15 @@ def extract(headers: Sequence[tuple[str, bytes]] | None) -> otel_context.Context
             except UnicodeDecodeError:
                 continue
     return _PROPAGATOR.extract(carrier)
+
+
+def derived(seed: str) -> otel_context.Context:
+    """A remote parent context whose trace id (and span id) are the SHA-256 of ``seed``: every process
+    that derives from the same seed puts its spans in the same trace, with nothing passed between them.
+    Sampled, as a job's ``kto.dev/traceparent`` annotation usually is."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    parent = trace.NonRecordingSpan(trace.SpanContext(trace_id, span_id, is_remote=True,
+                                                      trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)))
+    return trace.set_span_in_context(parent)

@@ -108,6 +108,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what runs the jobs: kto (default), or Kubeflow's training-operator "
                              "(built once from the Go module proxy; needs --control-plane kube): the same jobs, "
                              "watches and API-write count, side by side")
+    parser.add_argument("--multikueue", action="store_true",
+                        help="jobs/s through MultiKueue (bench/multikueue.py): --jobs PyTorchJobs submitted at once "
+                             "to kto-1, MultiKueue's manager, run on the other --clusters (2 or more) by kto, or by "
+                             "the training-operator with --operator training-operator; the real Kueue in every "
+                             "cluster (needs --control-plane kube)")
     parser.add_argument("--controller-threads", type=int, default=1, metavar="N",
                         help="--operator training-operator: its --controller-threads (default 1, its own default)")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/bench"),
@@ -132,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         stack_settings = _stack_settings(args, 8 if args.nodes is None else args.nodes)
     except (pipeline.BenchError, stack.StackError) as exc:
         raise UserError(str(exc)) from None
+    if args.multikueue:
+        return _multikueue(args, stack_settings, bench_settings)
     if args.operator == "training-operator":
         return _upstream(args, stack_settings, bench_settings)
     freeze = None
@@ -358,6 +365,87 @@ async def _upstream_run(stack_settings: object, bench_settings: object, threads:
                               f"control-plane-{upstream.CONTEXT}") as (kubeconfig, directory):
         return await upstream.run(kubeconfig, directory / "audit.log", directory / "training-operator.log",
                                   bench_settings, _progress, processes.cpu_seconds, threads)
+
+
+def _multikueue(args: argparse.Namespace, stack_settings: object, bench_settings: object) -> int:
+    """``--multikueue``: bench/multikueue.py on a fresh MultiKueue fleet, the workers served by kto
+    (``kto up``'s stack) or by the training-operator (``--operator training-operator``)."""
+    import asyncio
+    import dataclasses
+    import json
+
+    from bench import multikueue, pipeline
+    from kto import stack
+    from kto.cli import UserError
+    from realparts import caching
+
+    assert isinstance(stack_settings, stack.StackSettings)
+    assert isinstance(bench_settings, pipeline.PipelineSettings)
+    other = [flag for flag, given in (("--freeze", args.freeze > 0), ("--idle", args.idle > 0),
+                                      ("--rate", args.rate is not None)) if given]
+    if other:
+        raise UserError(f"--multikueue submits every job at once and times them to Succeeded: not with "
+                        f"{', '.join(other)}")
+    try:
+        fleet_settings = dataclasses.replace(stack_settings, multikueue=True)
+        settings = multikueue.MultiKueueSettings(jobs=bench_settings.jobs, replicas=bench_settings.replicas,
+                                                 pod_duration=bench_settings.pod_duration,
+                                                 timeout=bench_settings.timeout)
+    except (pipeline.BenchError, stack.StackError) as exc:
+        raise UserError(str(exc)) from None
+    _forget_last_run(stack_settings.state_dir)
+    try:
+        if args.operator == "training-operator":
+            figures = asyncio.run(_multikueue_upstream(fleet_settings, settings))
+        else:
+            figures = asyncio.run(_multikueue_kto(fleet_settings, settings))
+    except (pipeline.BenchError, stack.StackError, caching.PartError) as exc:
+        raise UserError(str(exc)) from None
+    figures["parameters"]["nodes"] = stack_settings.nodes
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+async def _multikueue_kto(stack_settings: Any, settings: Any) -> dict[str, Any]:
+    """``kto up --multikueue``'s stack: kto serving the manager and every worker from one bus."""
+    import time
+
+    from bench import multikueue
+    from kto import stack
+
+    _progress(f"starting {stack_settings.clusters} clusters with Kueue, kto-1 MultiKueue's manager")
+    began = time.monotonic()
+    async with stack.Stack(stack_settings) as running:
+        manager, *workers = running.contexts
+        fleet = multikueue.Fleet((running.kubeconfig, manager), {w: (running.kubeconfig, w) for w in workers})
+        _progress(f"stack ready in {time.monotonic() - began:.1f}s; submitting {settings.jobs} jobs to {manager}")
+        figures = await multikueue.run(fleet, settings, _progress)
+        _check_alive(running, "during the run")
+    figures["operator"] = "kto"
+    return figures
+
+
+async def _multikueue_upstream(stack_settings: Any, settings: Any) -> dict[str, Any]:
+    """The same clusters and Kueues, the training-operator in each worker instead of kto."""
+    from bench import multikueue
+    from kto import stack
+    from realparts import upstream
+
+    assert isinstance(stack_settings, stack.StackSettings)
+    contexts = stack_settings.contexts
+    _progress(f"starting {len(contexts)} clusters; Kueue in each, the training-operator in the workers")
+    async with contextlib.AsyncExitStack() as clusters:
+        reached: dict[str, pathlib.Path] = {}
+        for context in contexts:
+            kubeconfig, _ = await clusters.enter_async_context(
+                _fresh_cluster(stack_settings, f"clusters/{context}", context, f"control-plane-{context}"))
+            reached[context] = kubeconfig
+        manager, *workers = contexts
+        fleet = multikueue.Fleet((reached[manager], manager), {w: (reached[w], w) for w in workers})
+        async with multikueue.training_operators(fleet, stack_settings.state_dir.resolve() / "clusters", _progress):
+            figures = await multikueue.run(fleet, settings, _progress)
+    figures["operator"] = f"kubeflow/training-operator {upstream.VERSION}"
+    return figures
 
 
 def _progress(text: str) -> None:

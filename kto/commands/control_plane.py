@@ -7,12 +7,20 @@ module proxy into ``~/.cache/kto``), plus kto's node agent: fake nodes with
 ``sim.kto.dev/*`` annotations). Prints exactly one line, ``ready <url>
 <kubeconfig>``, once pods can be created and nodes are Ready; on SIGTERM
 stops everything and leaves no process or port behind.
+
+``--with kueue`` adds the real Kueue (realparts/kueue.py: its CRDs, webhooks and controllers, the
+integrations of every job kind kto serves), started after the nodes are Ready; ``ready`` is
+printed only once Kueue's controllers run and its webhooks answer, and on SIGTERM Kueue stops
+first (its webhook configurations removed) and leaves no lease behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+
+WITH = ("kueue",)
+"""The real parts ``--with`` adds."""
 
 HELP = "Run a real Kubernetes control plane (etcd, apiserver, controller-manager, scheduler) with fake GPU nodes."
 
@@ -44,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-dead-parts", action="store_true",
                         help="start a part that dies again (as a kubelet restarts static pods) instead of "
                              "stopping everything with its last log lines")
+    parser.add_argument("--with", dest="extras", action="append", choices=WITH, default=[], metavar="PART",
+                        help="also run a real part on the cluster: kueue (Kueue with every integration kto "
+                             "serves; give --crds deploy/crds so its job kinds exist); repeatable")
     parser.add_argument("--build-only", action="store_true",
                         help="only build (or find in the cache) the binaries, print their directory and exit")
 
@@ -53,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    import contextlib
+
     from kto import cli
-    from realparts import caching, kube
+    from realparts import caching, kube, kueue
     from sim import settings as sim_settings
     from sim.node import nodeagent
 
@@ -66,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if args.build_only:
         try:
             print(kube.ensure_binaries())
+            if "kueue" in args.extras:
+                print(kueue.ensure_build())
         except caching.PartError as exc:
             raise cli.UserError(str(exc)) from None
         return 0
@@ -87,14 +102,19 @@ def run(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        async with kube.ControlPlane(args.state_dir, context=args.context, port=args.port, crds=crds) as plane:
+        async with contextlib.AsyncExitStack() as parts:
+            plane = await parts.enter_async_context(
+                kube.ControlPlane(args.state_dir, context=args.context, port=args.port, crds=crds))
             agent = asyncio.create_task(
                 nodeagent.run(plane.node_kubeconfig, args.context, settings), name="control-plane-nodes",
             )
             await nodeagent.wait_ready(plane.kubeconfig, args.context, settings.nodes, agent)
+            extras = [await parts.enter_async_context(
+                kueue.KueueController(plane.kubeconfig, args.context, args.state_dir.resolve() / "kueue"))
+                for _ in set(args.extras)]
             print(f"ready {plane.url} {plane.kubeconfig}", flush=True)
             stopped = asyncio.create_task(stop.wait(), name="control-plane-stop-signal")
-            watchdog = asyncio.create_task(_watch(plane), name="control-plane-watchdog")
+            watchdog = asyncio.create_task(_watch(plane, extras), name="control-plane-watchdog")
             done, pending = await asyncio.wait({stopped, watchdog, agent}, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()
@@ -103,11 +123,12 @@ def run(args: argparse.Namespace) -> int:
                 if task is not stopped:
                     task.result()  # a dead part or agent: raise its reason
 
-    async def _watch(plane: kube.ControlPlane) -> None:
+    async def _watch(plane: kube.ControlPlane, extras: list[kueue.KueueController]) -> None:
         while True:
             dead = plane.dead()
-            if dead and not args.restart_dead_parts:
-                raise caching.PartError("\n".join(dead))
+            gone = [reason for extra in extras if (reason := extra.died()) is not None]
+            if gone or (dead and not args.restart_dead_parts):
+                raise caching.PartError("\n".join(gone or dead))
             for name, process in plane.processes.items():
                 if process.ended:
                     logging.getLogger("kto.control-plane").warning("%s died; starting it again", name)

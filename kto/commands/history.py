@@ -6,6 +6,11 @@ In: a job chosen as kubectl chooses it (``-n NS pytorchjob/NAME`` or
 from ``KTO_KAFKA_*`` or ``--bootstrap``. Out: the records in log order — offset,
 time, source, what happened, trace id — as a table, JSON or YAML; ``--timeline``
 adds one row per pod (created, scheduled, running, restarts, finished);
+a job under Kueue also gets its Workloads' steps (queued, admitted by a ClusterQueue with its
+flavours, dispatched to a worker cluster by MultiKueue, evicted, preempted, re-admitted, finished),
+and with ``--cluster`` the records of the job's MultiKueue copies in the worker clusters (the jobs
+of its name whose ``kueue.x-k8s.io/prebuilt-workload-name`` is its Workload), each line with its key,
+so its cluster (without ``--cluster`` every cluster's job of that name is read, as always);
 ``--follow`` keeps reading. Only the job's partition is read for one job, and
 ``--since`` seeks by timestamp. A record that does not decode is shown with its
 offset and why; a job with no record says so in one line.
@@ -193,11 +198,13 @@ def _what(entry: Any) -> tuple[str, str, str]:
         detail = f"{record.object_kind} {meta.get('name', '')}"
         phase = status.get("phase")
         conditions = [c.get("type") for c in status.get("conditions") or [] if isinstance(c, dict)
-                      and c.get("status") == "True"] if record.object_kind in KINDS else []
+                      and c.get("status") == "True"] if record.object_kind in (*KINDS, "Workload") else []
         if phase:
             detail += f" phase={phase}"
         if conditions:
             detail += f" conditions={','.join(str(c) for c in conditions)}"
+        if isinstance(status.get("clusterName"), str):  # a MultiKueue manager's Workload: where it went
+            detail += f" clusterName={status['clusterName']}"
         if meta.get("deletionTimestamp"):
             detail += " deleting"
         return source, record.event, detail
@@ -205,6 +212,60 @@ def _what(entry: Any) -> tuple[str, str, str]:
     child = f"{record.child_kind} {record.child_name}" if record.child_kind or record.child_name else ""
     detail = " ".join(part for part in (child, record.reason, record.message) if part)
     return source, record.action, detail[:160]
+
+
+def _cluster(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
+def _workload_names(entries: list[Any], kind: str) -> tuple[set[str], set[str]]:
+    """(the Workloads observed among ``entries``, the prebuilt Workloads the job's copies name)."""
+    from shared.api import kueue, objects
+    from shared.bus import records
+
+    observed: set[str] = set()
+    prebuilt: set[str] = set()
+    for entry in entries:
+        record = entry.record
+        if not isinstance(record, records.Observation):
+            continue
+        if record.object_kind == kueue.WORKLOAD_KIND:
+            observed.add(objects.name_of(record.object))
+        elif record.object_kind == kind:
+            name = objects.labels_of(record.object).get(kueue.PREBUILT_WORKLOAD_LABEL)
+            if name:
+                prebuilt.add(name)
+    return observed, prebuilt
+
+
+def joined(entries: list[Any], key: str) -> list[Any]:
+    """Of the entries of one job's name (``namespace/kind/name``) on every cluster: those of ``key`` and of
+    its copies MultiKueue made in worker clusters (a copy is the job of that name whose
+    ``kueue.x-k8s.io/prebuilt-workload-name`` label names a Workload seen under ``key``), in the order
+    given. A job of the same name in another cluster that is no copy of this one is left out."""
+    by_key: dict[str, list[Any]] = {}
+    for entry in entries:
+        by_key.setdefault(entry.key, []).append(entry)
+    kind = key.split("/")[2] if key.count("/") == 3 else ""
+    ours, _ = _workload_names(by_key.get(key, []), kind)
+    keep = {key} | {other for other, found in by_key.items()
+                    if other != key and _workload_names(found, kind)[1] & ours}
+    return [entry for entry in entries if entry.key in keep]
+
+
+def kueue_moments(entries: list[Any]) -> list[dict[str, str]]:
+    """The Kueue steps of the Workloads among ``entries`` (one job's, on one cluster or its MultiKueue
+    copies on several; in log order): queued, admitted, dispatched, evicted, re-admitted, finished …
+    each with its time and cluster (:func:`shared.api.kueue.moments`). Shared with ``kto console``."""
+    import dataclasses
+
+    from shared.api import kueue
+    from shared.bus import records
+
+    seen = [kueue.Seen(when(entry.timestamp_ms), _cluster(entry.key), entry.record.event, entry.record.object)
+            for entry in entries if isinstance(entry.record, records.Observation)
+            and entry.record.object_kind == kueue.WORKLOAD_KIND and isinstance(entry.record.object, dict)]
+    return [dataclasses.asdict(moment) for moment in kueue.moments(seen)]
 
 
 def authenticity(entry: Any) -> str:
@@ -231,7 +292,7 @@ def _dict(entry: Any) -> dict[str, Any]:
 
 
 def timeline(entries: list[Any]) -> list[dict[str, Any]]:
-    """One row per pod seen in ``entries`` (a job's, in log order): first observed, scheduled
+    """One row per pod seen in ``entries`` (a job's, in log order): its cluster, first observed, scheduled
     (nodeName), Running, restarts, end and last phase. Shared by ``--timeline`` and ``kto console``."""
     from shared.api import objects
     from shared.bus import records
@@ -246,7 +307,7 @@ def timeline(entries: list[Any]) -> list[dict[str, Any]]:
         status = obj.get("status") or {}
         name = f"{objects.name_of(obj)} ({(objects.uid_of(obj) or '')[:8]})"
         stamp = when(entry.timestamp_ms)
-        row = pods.setdefault(name, {"pod": name, "created": stamp, "scheduled": "",
+        row = pods.setdefault(name, {"pod": name, "cluster": _cluster(entry.key), "created": stamp, "scheduled": "",
                                      "running": "", "restarts": 0, "finished": "", "phase": ""})
         if spec.get("nodeName") and not row["scheduled"]:
             row["scheduled"] = stamp
@@ -289,9 +350,13 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
         ["AUTH"] if verify else [])
     keys = keyring(args, verify)
     entries: list[Any] = []
-    stream = (archived(args.from_dir, accept, since_ms, until_ms, keys=keys) if args.from_dir is not None else
-              _decoded(reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
-                                    follow=args.follow), keys))
+
+    def stream_of(accept: Any, key: str | None) -> Any:
+        return (archived(args.from_dir, accept, since_ms, until_ms, keys=keys) if args.from_dir is not None else
+                _decoded(reading.scan(settings, accept=accept, key=key, since_ms=since_ms, until_ms=until_ms,
+                                      follow=args.follow), keys))
+
+    stream = stream_of(accept, key)
     if args.follow:
         if args.output == "table":
             print("   ".join(header), flush=True)
@@ -303,6 +368,14 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
         return 0
     async for entry in stream:
         entries.append(entry)
+    if key is not None and _workload_names(entries, key.split("/")[2])[0]:
+        # Under Kueue: MultiKueue's copies of the job in worker clusters have its name, on other keys.
+        suffix = key.split("/", 1)[1]
+        entries = joined([entry async for entry in stream_of(
+            lambda k: k.count("/") == 3 and k.split("/", 1)[1] == suffix, None)], key)
+        if not with_key and len({entry.key for entry in entries}) > 1:
+            with_key = True
+            header.insert(0, "KEY")
     entries.sort(key=lambda e: (e.timestamp_ms, e.partition, e.offset) if with_key else (e.offset,))
     if not entries:
         what = "records" if args.all else f"records of {'/'.join(args.job)} (namespace {args.namespace or 'default'})"
@@ -315,16 +388,25 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
         print(f"kto history: {len(entries) - rejected} of {len(entries)} records authentic, {rejected} not",
               file=sys.stderr)
     code = 3 if verify and rejected else 0
+    moments = kueue_moments(entries) if not args.all else []
     if args.output == "table":
         print(_table([_row(e, with_key, verify) for e in entries], header))
+        if moments:
+            print()
+            columns = ["time", "cluster", "workload", "event", "detail"]
+            print(_table([[printable(str(m[c])) for c in columns] for m in moments],
+                         [f"KUEUE {c.upper()}" if c == "time" else c.upper() for c in columns]))
         if args.timeline:
             pods = timeline(entries)
             print()
-            columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"]
+            columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"] + (
+                ["cluster"] if len({_cluster(e.key) for e in entries}) > 1 else [])
             print(_table([[printable(str(p[c])) for c in columns] for p in pods], [c.upper() for c in columns])
                   if pods else "(no pod observed)")
         return code
     document: dict[str, Any] = {"records": [_dict(e) for e in entries]}
+    if moments:
+        document["kueue"] = moments
     if args.timeline:
         document["timeline"] = timeline(entries)
     if args.output == "json":

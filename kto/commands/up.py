@@ -28,9 +28,11 @@ kto-1), DIR/logs/<process>.log, DIR/clusters/<context>/kubeconfig (each sim's
 own), DIR/webhook/ (the admission webhook's self-signed CA and certificate),
 DIR/prometheus.yml (with --metrics-port-base), DIR/clusters/<context>/jobset/
 (with --jobset-controller upstream: the JobSet controller's configuration,
-certificates and log), DIR/up.lock (held while running). Stop with Ctrl-C
-or SIGTERM: watchers and workers stop first, then the clusters, then the
-broker.
+certificates and log), DIR/clusters/<context>/kueue/ (with --kueue or
+--multikueue: Kueue's configuration, certificates and log), DIR/up.lock
+(held while running). Stop with Ctrl-C or SIGTERM: Kueue and the JobSet
+controller first (their webhooks removed), then watchers and workers, then
+the clusters, then the broker.
 """
 
 
@@ -69,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobset-controller", choices=stack.JOBSET_CONTROLLERS, default=s.jobset_controller,
                         help="who serves JobSets: kto (default) or upstream: the real JobSet controller v0.12.0 on "
                              "each cluster (built once per machine into ~/.cache/kto; needs --control-plane kube)")
+    parser.add_argument("--kueue", action="store_true",
+                        help="run the real Kueue v0.17.0 on every cluster (quota, admission, preemption; built once "
+                             "per machine into ~/.cache/kto; needs --control-plane kube)")
+    parser.add_argument("--multikueue", action="store_true",
+                        help="Kueue on every cluster (implies --kueue) with kto-1 MultiKueue's manager and the "
+                             "other clusters its workers, through the AdmissionCheck 'multikueue' (needs --clusters 2 "
+                             "or more and --control-plane kube)")
     parser.add_argument("--runtime", choices=stack.RUNTIMES, default=s.runtime,
                         help="how the nodes run pods: simulated (default) or process: a pod whose containers "
                              "all have a command runs them as local processes (docs/sandbox.md)")
@@ -112,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, pod_duration=args.pod_duration,
             control_plane=args.control_plane, broker=args.broker, runtime=args.runtime,
             webhooks=args.webhooks, metrics_port_base=args.metrics_port_base,
-            jobset_controller=args.jobset_controller,
+            jobset_controller=args.jobset_controller, kueue=args.kueue, multikueue=args.multikueue,
             trainer_runtimes=args.trainer_runtimes,
         )
     except stack.StackError as exc:

@@ -4,8 +4,8 @@ In: a kubeconfig, every context of which is a cluster (named as in job keys),
 and the Kafka settings. Out: each cluster's jobs of every kind kto serves, or
 why the cluster did not answer (every call is bounded in time, so one cluster
 that hangs never holds the others up); one job; the answers to reviews (who a
-token is, what a user may list); one job's audit-log entries, read to the end
-or followed as they are written.
+token is, what a user may list); one job's audit-log entries (with those of its MultiKueue
+copies in the other clusters), read to the end or followed as they are written.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pathlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from kto.commands import history
 from shared.bus import reading, records
 from shared.bus.settings import KafkaSettings
 from shared.kube import clients, resources
@@ -172,6 +173,23 @@ async def entries(settings: KafkaSettings, key: records.JobKey) -> list[reading.
     """Every record of ``key`` on the jobs topic, in log order (only its partition is read)."""
     text = str(key)
     return [raw.decoded() async for raw in reading.scan(settings, accept=text.__eq__, key=text)]
+
+
+async def joined_entries(settings: KafkaSettings, key: records.JobKey,
+                         contexts: Sequence[str]) -> list[reading.Entry]:
+    """:func:`entries` of ``key``; for a job under Kueue also those of its MultiKueue copies in the other
+    clusters of ``contexts`` (:func:`kto.commands.history.joined`), in time order."""
+    found = await entries(settings, key)
+    if not any(isinstance(e.record, records.Observation) and e.record.object_kind == resources.WORKLOADS.kind
+               for e in found):
+        return found
+    others = [records.JobKey(cluster=c, namespace=key.namespace, kind=key.kind, name=key.name)
+              for c in contexts if c != key.cluster]
+    for other in await asyncio.gather(*(entries(settings, o) for o in others)):
+        found.extend(other)
+    found = history.joined(found, str(key))
+    found.sort(key=lambda e: (e.timestamp_ms, e.partition, e.offset))
+    return found
 
 
 async def follow(settings: KafkaSettings, key: records.JobKey, after: reading.Entry | None) -> AsyncIterator[reading.Entry]:

@@ -130,7 +130,7 @@ class _Console:
         topic = self.settings.kafka.jobs_topic
         try:
             async with asyncio.timeout(self.settings.audit_timeout):
-                return await reading.entries(self.settings.kafka, key), ""
+                return await reading.joined_entries(self.settings.kafka, key, self.settings.contexts), ""
         except TimeoutError:
             return [], f"reading {topic} took more than {self.settings.audit_timeout:g}s"
         except BusError as exc:
@@ -318,18 +318,25 @@ async def _job_stream(request: web.Request) -> web.StreamResponse:
     response = await _events(request)
     changed = asyncio.Event()
 
-    async def follow() -> None:
+    async def follow(followed: records.JobKey) -> None:
         nonlocal audit_error
+        last = next((e for e in reversed(found) if e.key == str(followed)), None)
         try:
-            async for entry in reading.follow(console.settings.kafka, key, found[-1] if found else None):
+            async for entry in reading.follow(console.settings.kafka, followed, last):
                 found.append(entry)
                 changed.set()
         except Exception as exc:  # BusError, or aiokafka's own errors while reading
-            log.warning("following the records of %s stopped", key, exc_info=not isinstance(exc, BusError))
+            log.warning("following the records of %s stopped", followed, exc_info=not isinstance(exc, BusError))
             audit_error = f"following the audit log stopped: {exc}"
             changed.set()
 
-    follower = asyncio.create_task(follow(), name=f"console-follow-{key}") if not audit_error else None
+    async def follow_all() -> None:
+        """The job's key, and the keys of its MultiKueue copies found in the first read."""
+        async with asyncio.TaskGroup() as group:
+            for followed in sorted({key} | {records.JobKey.parse(e.key) for e in found}, key=str):
+                group.create_task(follow(followed), name=f"console-follow-{followed}")
+
+    follower = asyncio.create_task(follow_all(), name=f"console-follow-{key}") if not audit_error else None
     last: dict[str, Any] | None = None
     quiet = 0.0
     try:

@@ -6,7 +6,10 @@ the jobs page's filters, and one job's audit-log entries
 ``json.dumps`` — the jobs list (rows, the values each filter can take, every
 cluster's state) and a job's page (conditions, replica statuses, the other
 status fields, the per-pod timeline of ``kto history --timeline``, the
-decisions with their reasons, trace links). No I/O and no clock: ages are
+steps of the job's Kueue Workloads, the decisions with their reasons and
+clusters, trace links). The entries of a job under MultiKueue are those of
+the manager's job and of its copies in the worker clusters
+(:func:`kto.commands.history.joined`): one timeline across the clusters. No I/O and no clock: ages are
 computed by the page from ``created``.
 """
 
@@ -156,7 +159,8 @@ def _decision(entry: reading.Entry, template: str) -> dict[str, Any]:
     record = entry.record
     assert isinstance(record, records.Decision)
     return {
-        "time": history.when(entry.timestamp_ms), "offset": f"{entry.partition}/{entry.offset}",
+        "time": history.when(entry.timestamp_ms), "cluster": entry.key.split("/", 1)[0],
+        "offset": f"{entry.partition}/{entry.offset}",
         "source": f"{record.source}/{record.instance}" if record.instance else record.source,
         "action": record.action,
         "object": " ".join(part for part in (record.child_kind, record.child_name) if part),
@@ -183,6 +187,8 @@ def page(key: records.JobKey, job: Mapping[str, Any] | None, entries: Sequence[r
         "onCluster": job is not None, "clusterError": cluster_error, "auditError": audit_error,
         "conditions": conditions, "replicas": _replicas(shown), "status": _status_fields(shown),
         "timeline": history.timeline(list(entries)),
+        "kueue": history.kueue_moments(list(entries)),
+        "clusters": sorted({entry.key.split("/", 1)[0] for entry in entries} | {key.cluster}),
         "decisions": [_decision(e, trace_url) for e in entries if isinstance(e.record, records.Decision)],
         "trace": {"id": trace_id, "url": trace_link(trace_url, trace_id)},
         "records": len(entries), "undecodable": sum(1 for e in entries if e.record is None),

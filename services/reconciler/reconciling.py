@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from shared import keygen, metrics
-from shared.api import objects
+from shared.api import kueue, objects
 from shared.bus import producing, records
 from shared.core import effects, families, outcomes, views
 from shared.kube import clients, connecting, hydrating, resources
@@ -92,6 +92,8 @@ class Reconciler:
             return False
         if key.kind not in RECONCILED_KINDS:
             return False
+        if isinstance(record, records.Observation) and record.object_kind == resources.WORKLOADS.kind:
+            return False  # Kueue's, for kto history: no decision of kto's reads a Workload
         memory = self._memories.of(record.key)
         # The record is of the job itself only when its kind is the key's: a JobSet is a job of its
         # own family and, under its TrainJob's key, a child.
@@ -113,6 +115,8 @@ class Reconciler:
         if not record.omitted and record.event != "DELETED":
             view.note_logged(record.object, is_job)
         if is_job:
+            if self._metrics is not None:  # the queue its restarts are counted in
+                self._metrics.job_queue(record.key, kueue.queue_of(record.object), gone=record.event == "DELETED")
             memory.job_seen = self._loop.time()
             view.observe_job(record.object, record.event == "DELETED")
             if record.omitted and record.event != "DELETED":

@@ -44,7 +44,7 @@ from opentelemetry import trace
 from services.watcher import mapping
 from services.watcher.settings import WatcherSettings
 from shared import metrics, tracing
-from shared.api import jobsets, projections
+from shared.api import jobsets, kueue, projections
 from shared.bus import events, producing, records
 from shared.kube import clients, resources
 
@@ -60,9 +60,11 @@ CHILD_SELECTOR = mapping.LABEL_JOB_NAME
 OPTIONAL_TYPES: tuple[resources.ResourceType, ...] = (
     resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS,
     resources.TRAININGJOBS, *resources.SCALER_TYPES.values(), resources.JOBSETS, resources.TRAINJOBS,
+    resources.WORKLOADS,
 )
 """Children of gang-scheduled jobs, served only where Volcano or scheduler-plugins
-installed their CRDs, and et-operator's kinds, served where its CRDs are: a 404
+installed their CRDs, et-operator's kinds, served where its CRDs are, and Kueue's Workloads,
+served where Kueue is installed (also when it is installed later): a 404
 on listing one is not an error (logged once, looked at again every
 ``discovery_interval``). PodGroups carry no job-name label
 (upstream sets none): they are listed unselected and mapped to their job by the
@@ -70,14 +72,15 @@ controller ownerReference."""
 
 UNLABELLED_TYPES: tuple[resources.ResourceType, ...] = (
     resources.HPAS, resources.VOLCANO_PODGROUPS, resources.PLUGINS_PODGROUPS, *resources.SCALER_TYPES.values(),
-    resources.BATCH_JOBS,
+    resources.BATCH_JOBS, resources.WORKLOADS,
 )
 """Children upstream gives no job-name label (the elastic HPA, the PodGroups) and the
 scalers of TrainingJobs: listed unselected and mapped to their job by the controller
 ownerReference (a ScaleIn / ScaleOut by the job it names). The HPA is
 watched so that its deletion (on suspend) and edits made to it are seen. Batch Jobs are
 unselected too: an MPIJob v2beta1's launcher carries the job-name label, a JobSet's Jobs
-carry JobSet's labels only; both are mapped by their controller."""
+carry JobSet's labels only; both are mapped by their controller. So is a Kueue Workload: Kueue makes
+the job its controller (a MultiKueue worker's Workload once the job's copy there adopts it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +138,13 @@ def selector_for(rt: resources.ResourceType) -> str | None:
     if isinstance(rt, Selected):
         return rt.selector
     return None if rt.kind in resources.JOB_TYPES or rt in UNLABELLED_TYPES else CHILD_SELECTOR
+
+
+def workload_trace(namespace: str, workload: str) -> otel_context.Context:
+    """The trace of every watch span of a job Kueue manages, derived from its namespace and the name of
+    its Workload (:func:`shared.api.kueue.workload_of`). Under MultiKueue the manager's job, the worker's
+    copy and both Workloads share that name, so what kto does with the job in every cluster is one trace."""
+    return tracing.derived(f"{kueue.API_VERSION}/{kueue.WORKLOAD_KIND}/{namespace}/{workload}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +234,9 @@ class BrokerOutage:
             self.recovered.set()
 
 
+MAX_PARENTS_REMEMBERED = 4096
+"""Jobs whose trace parent a watcher keeps after they are gone; the oldest is forgotten first."""
+
 MAX_UNCONFIRMED = 2048
 """Records handed to the producer but not yet confirmed before a watch stream waits."""
 
@@ -278,6 +291,8 @@ class Watcher:
         self._settings = settings
         self._metrics = service_metrics
         self.inventory = Inventory()
+        self._parents: dict[records.JobKey, otel_context.Context] = {}
+        """The trace parent each job last had (:meth:`_parent`), for its children seen after it is gone."""
         self._unconfirmed: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=MAX_UNCONFIRMED)
         """Records handed to the producer whose acknowledgement is not checked yet, in order."""
         self.unlisted: set[str] = self._all_lists()
@@ -434,19 +449,34 @@ class Watcher:
             known[ident] = Known.of(str(meta.get("uid") or ""), version, obj, self.inventory.shared_key(key))
 
     def _parent(self, key: records.JobKey, kind: str, obj: dict[str, Any]) -> otel_context.Context | None:
-        """The trace context of the job's ``kto.dev/traceparent`` annotation, if any."""
+        """The parent of a watch span of the job's: the trace context of the job's
+        ``kto.dev/traceparent`` annotation; else, for a job Kueue manages, the trace of its Workload
+        (:func:`workload_trace`); else none (a trace of its own). Once the job is gone, the parent it
+        last had (at most :data:`MAX_PARENTS_REMEMBERED` jobs are remembered)."""
         job = obj if kind == key.kind and mapping.is_job(obj) else None
         if job is None:
             known = self.inventory.job(key)
             job = known.object if known is not None else None
         if job is None:
-            return None
-        value = (_meta(job).get("annotations") or {}).get(TRACEPARENT_ANNOTATION)
-        if not isinstance(value, str) or not value:
-            return None
-        parent = tracing.extract([("traceparent", value.encode("ascii", "replace"))])
-        if not trace.get_current_span(parent).get_span_context().is_valid:
-            return None
+            # Not seen yet, or gone already (a MultiKueue worker's copy is deleted once it finished,
+            # before its pods and Services): the trace its job last had; a Workload's own otherwise.
+            remembered = self._parents.get(key)
+            if remembered is not None or not kueue.is_workload(obj):
+                return remembered
+        parent: otel_context.Context | None = None
+        value = (_meta(job).get("annotations") or {}).get(TRACEPARENT_ANNOTATION) if job is not None else None
+        if isinstance(value, str) and value:
+            parent = tracing.extract([("traceparent", value.encode("ascii", "replace"))])
+            if not trace.get_current_span(parent).get_span_context().is_valid:
+                parent = None
+        if parent is None:
+            workload = _meta(obj).get("name") if kueue.is_workload(obj) else kueue.workload_of(job)
+            parent = workload_trace(key.namespace, str(workload)) if workload else None
+        self._parents.pop(key, None)
+        if parent is not None:
+            if len(self._parents) >= MAX_PARENTS_REMEMBERED:
+                self._parents.pop(next(iter(self._parents)))
+            self._parents[key] = parent
         return parent
 
     async def publish(self, event: records.ObservationEvent, kind: str, obj: dict[str, Any],
@@ -491,7 +521,7 @@ class Watcher:
             },
         ):
             sent = await self._publisher.submit(record)
-        self._metrics.job_observed(event, kind, key_text)
+        self._metrics.job_observed(event, kind, key_text, kueue.queue_of(obj) if kind == key.kind else "")
         kind_slot = slot(kind, str(obj.get("apiVersion") or ""))
         known = self.inventory.of(kind_slot).get(_ident(obj)) if event == "DELETED" else None
         pending = _Pending(sent, kind_slot, _ident(obj), version, event, known)

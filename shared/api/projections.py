@@ -73,7 +73,37 @@ child is made from the job's template, never from another pod), so a pod's conta
 volumes, tolerations, env, resources, restartPolicy and schedulerName are not kept; nor its
 status's startTime, IPs, QoS class, conditions' times or containers' images and readiness."""
 
-KINDS: Mapping[str, Shape] = {"Pod": POD}
+_TRANSITION: Shape = dict.fromkeys(("type", "status", "reason", "message", "lastTransitionTime"), True)
+
+WORKLOAD: Shape = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": METADATA,  # its owner (the job's key), its name (what a MultiKueue job's copies share)
+    "spec": {
+        "queueName": True,  # the LocalQueue: kto history's "queued in"
+        "priority": True,
+        "priorityClassRef": True,  # v1beta2's WorkloadPriorityClass or PriorityClass reference
+        "active": True,
+        "podSets": dict.fromkeys(("name", "count", "minCount"), True),  # not their pod templates
+    },
+    "status": {
+        "conditions": _TRANSITION,  # QuotaReserved, Admitted, Evicted, Preempted, Requeued, PodsReady, Finished
+        "admission": {
+            "clusterQueue": True,
+            "podSetAssignments": dict.fromkeys(("name", "flavors", "count"), True),
+        },
+        "clusterName": True,  # MultiKueue: the worker cluster it was dispatched to
+        "admissionChecks": dict.fromkeys(("name", "state", "message", "lastTransitionTime"), True),
+    },
+}
+"""A Kueue Workload (``kueue.x-k8s.io/v1beta2``) as ``kto history`` and the console read it
+(:mod:`shared.api.kueue`), and as the status service reads its ``QuotaReserved`` reason and
+message, which it copies to an Event on the job (``events.queue_events``); no decision of kto's reads one. Not its pod sets' templates (the job's
+own, whose env may hold what a log may not), their resource usage, topology or node selectors, nor
+the status's requeue state, reclaimable pods, resource requests or scheduling stats. A Workload
+holds no Secret, nor a reference to one."""
+
+KINDS: Mapping[str, Shape] = {"Pod": POD, "Workload": WORKLOAD}
 """The projection of each kind. Every other kind is kept whole:
 
 * the job kinds (kubeflow.org/v1, MPIJob v2beta1, TrainingJob): their templates make every

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shared.api import elastic, jobs, jobsets, trainer
+from shared.api import elastic, jobs, jobsets, kueue, trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +70,8 @@ CLUSTERTRAININGRUNTIMES = ResourceType(trainer.GROUP, trainer.VERSION, trainer.C
 RUNTIME_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (TRAININGRUNTIMES, CLUSTERTRAININGRUNTIMES)}
 """Kubeflow Trainer v2's runtimes, keyed by the kind a TrainJob's ``runtimeRef`` names: read by the
 TrainJob's hydration, never watched."""
+WORKLOADS = ResourceType(kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PLURAL, kueue.WORKLOAD_KIND)
+"""Kueue's Workloads (v1beta2): watched where Kueue's CRDs are, each published under the job that owns it."""
 SCALER_TYPES: dict[str, ResourceType] = {rt.kind: rt for rt in (SCALEINS, SCALEOUTS)}
 """et-operator's ScaleIn and ScaleOut: keyed by the TrainingJob they scale."""
 
@@ -102,7 +104,7 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
 
 _BY_API_KIND: dict[tuple[str, str], ResourceType] = {
     (rt.api_version, rt.kind): rt for rt in (
-        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), *RUNTIME_TYPES.values(), MPIJOBS_V2BETA1,
+        *CHILD_TYPES, *JOB_TYPES.values(), *SCALER_TYPES.values(), *RUNTIME_TYPES.values(), MPIJOBS_V2BETA1, WORKLOADS,
         EVENTS, LEASES, NAMESPACES, CRDS, PRIORITY_CLASSES, VALIDATING_WEBHOOK_CONFIGURATIONS,
         MUTATING_WEBHOOK_CONFIGURATIONS,
     )

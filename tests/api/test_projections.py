@@ -18,6 +18,7 @@ from shared import keygen
 from shared.api import projections
 from shared.core import effects, events, families, settings
 from shared.core.elastic import settings as elastic_settings
+from tests.api import kueue_objects
 
 NOW = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -71,6 +72,25 @@ def test_projecting_is_idempotent_and_leaves_the_object_given_alone() -> None:
     once = projections.project(pod)
     assert projections.project(once) == once
     assert pod == full_pod()
+
+
+def test_a_kueue_workload_keeps_its_queue_admission_and_conditions_and_loses_its_pod_templates() -> None:
+    full = kueue_objects.manager_run()[2]
+    projected = projections.project(full)
+    assert projections.project(projected) == projected
+    assert projected["metadata"] == {k: v for k, v in full["metadata"].items()
+                                     if k not in ("managedFields", "generation")}
+    assert projected["spec"] == {"active": True, "priority": 0, "queueName": "user-queue",
+                                 "podSets": [{"count": 1, "name": "master"}, {"count": 2, "name": "worker"}]}
+    assert projected["status"]["admission"] == {"clusterQueue": "cluster-queue", "podSetAssignments": [
+        {"count": 1, "flavors": {"cpu": "default-flavor"}, "name": "master"},
+        {"count": 2, "flavors": {"cpu": "default-flavor"}, "name": "worker"}]}
+    assert projected["status"]["clusterName"] == "worker1"
+    assert projected["status"]["admissionChecks"] == full["status"]["admissionChecks"]
+    assert [c["type"] for c in projected["status"]["conditions"]] == ["QuotaReserved", "Admitted"]
+    assert "observedGeneration" not in projected["status"]["conditions"][0]
+    assert "resourceRequests" not in projected["status"]
+    assert "do-not-publish" not in repr(projected), "a pod set's template (its env) is never kept"
 
 
 @pytest.mark.parametrize("obj", [

@@ -18,7 +18,9 @@ import pytest
 
 from kto.commands import history as history_command
 from shared.bus import producing, records, signing
+from shared.bus import reading as bus_reading
 from shared.bus.settings import KafkaSettings
+from tests.api import kueue_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "kto-1/team-a/PyTorchJob/mnist"
@@ -313,3 +315,78 @@ async def test_history_and_replay_say_which_records_are_authentic_live_and_archi
     without = await history(bus, "-n", "team-a", "pytorchjob/mnist", "--verify")
     assert without.returncode == 2 and "--verify needs the signing keys" in without.stderr
     assert "Traceback" not in without.stderr
+
+
+# -- a job under Kueue, and under MultiKueue across a manager and a worker ------------------------------------
+
+MANAGER_KEY = "manager/team-a/PyTorchJob/mnist"
+WORKER_KEY = "worker-1/team-a/PyTorchJob/mnist"
+STRANGER_KEY = "worker-2/team-a/PyTorchJob/mnist"
+"""A job of the same name in another cluster that is no copy of the manager's."""
+
+
+def multikueue_story() -> list[records.Observation]:
+    """What the watchers of a manager and two workers publish of one MultiKueue run (Workloads and jobs as
+    Kueue v0.17.0 writes them), in log order."""
+    manager, worker = kueue_objects.manager_run(), kueue_objects.worker_run()
+    stranger = {**kueue_objects.WORKER_COPY, "metadata": {**kueue_objects.WORKER_COPY["metadata"], "labels": {}}}
+
+    def seen(key: str, kind: str, obj: dict[str, Any], event: str = "MODIFIED") -> records.Observation:
+        return records.Observation(key=key, object_kind=kind, event=event, object=obj, source="watcher",
+                                   instance=key.split("/")[0])
+
+    return [
+        seen(MANAGER_KEY, "PyTorchJob", kueue_objects.MANAGER_JOB, "ADDED"),
+        seen(MANAGER_KEY, "Workload", manager[0], "ADDED"),
+        seen(STRANGER_KEY, "PyTorchJob", stranger, "ADDED"),
+        seen(MANAGER_KEY, "Workload", manager[1]),
+        seen(WORKER_KEY, "PyTorchJob", kueue_objects.WORKER_COPY, "ADDED"),
+        seen(WORKER_KEY, "Workload", worker[0]),
+        seen(MANAGER_KEY, "Workload", manager[2]),
+        seen(WORKER_KEY, "Pod", pod("mnist-worker-0", "u-1", "Running", "node-1")),
+        seen(WORKER_KEY, "Workload", worker[1]),
+        seen(MANAGER_KEY, "Workload", manager[3]),
+    ]
+
+
+def test_a_manager_job_is_joined_with_its_worker_copy_and_not_with_a_stranger_of_its_name() -> None:
+    entries = [bus_reading.Entry(0, offset, 1_000 + offset, record.key, record, "", "")
+               for offset, record in enumerate(multikueue_story())]
+    assert {e.key for e in history_command.joined(entries, MANAGER_KEY)} == {MANAGER_KEY, WORKER_KEY}
+    assert {e.key for e in history_command.joined(entries, STRANGER_KEY)} == {STRANGER_KEY}
+    moments = history_command.kueue_moments(history_command.joined(entries, MANAGER_KEY))
+    assert [(m["cluster"], m["event"]) for m in moments] == [
+        ("manager", "queued"), ("manager", "quota-reserved"), ("manager", "check"), ("worker-1", "quota-reserved"),
+        ("worker-1", "admitted"), ("manager", "check"), ("manager", "dispatched"), ("manager", "admitted"),
+        ("worker-1", "finished"), ("manager", "finished")]
+
+
+async def test_history_of_a_multikueue_job_on_its_manager_is_one_timeline_across_clusters(bus: KafkaSettings) -> None:
+    async with producing.Publisher(bus, "watcher", "w-1") as pub:
+        for record in multikueue_story():
+            await pub.publish(record)
+    result = await history(bus, "--cluster", "manager", "-n", "team-a", "pytorchjob/mnist", "--timeline")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:2] == ["KEY", "OFFSET"], "each line says its cluster"
+    keys = {line.split()[0] for line in lines[1:lines.index("")]}
+    assert keys == {MANAGER_KEY, WORKER_KEY}, "the worker's copy joined, the stranger of the same name not"
+    kueue = lines[lines.index("") + 1:]
+    assert kueue[0].split() == ["KUEUE", "TIME", "CLUSTER", "WORKLOAD", "EVENT", "DETAIL"]
+    said = [line.split()[1:4] for line in kueue[1:kueue.index("")]]
+    assert ["manager", kueue_objects.WORKLOAD, "queued"] in said
+    assert ["manager", kueue_objects.WORKLOAD, "dispatched"] in said
+    assert ["worker-1", kueue_objects.WORKLOAD, "admitted"] in said
+    assert said[-1] == ["manager", kueue_objects.WORKLOAD, "finished"]
+    assert "to worker cluster worker1 (MultiKueue)" in result.stdout
+    assert "by ClusterQueue cluster-queue with flavours master: cpu=default-flavor" in result.stdout
+    pods = kueue[kueue.index("") + 1:]
+    assert pods[0].split()[-1] == "CLUSTER" and pods[1].startswith("mnist-worker-0 (u-1)")
+    assert pods[1].split()[-1] == "worker-1"
+
+    document = json.loads((await history(bus, "--cluster", "manager", "-n", "team-a", "pytorchjob/mnist",
+                                         "-o", "json")).stdout)
+    assert {r["key"] for r in document["records"]} == {MANAGER_KEY, WORKER_KEY}
+    assert [m["event"] for m in document["kueue"]][-1] == "finished"
+    alone = await history(bus, "--cluster", "worker-2", "-n", "team-a", "pytorchjob/mnist")
+    assert alone.returncode == 0 and "KUEUE" not in alone.stdout and MANAGER_KEY not in alone.stdout

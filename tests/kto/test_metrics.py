@@ -116,14 +116,46 @@ def test_job_counters_count_conditions_a_status_write_made_true(
     service = metrics.ServiceMetrics()
     new_status = status(new)
     assert new_status is not None
-    service.status_written("kto-1/team-a/PyTorchJob/train", status(old), new_status)
-    service.status_written("kto-1/team-a/TrainingJob/elastic", status(old), new_status)  # not a training-operator kind
+    service.status_written("kto-1/team-a/PyTorchJob/train", status(old), new_status, "gpus")
+    service.status_written("kto-1/team-a/TrainingJob/elastic", status(old), new_status, "")  # not a training-operator kind
     values = {name: service.registry.get_sample_value(f"training_operator_jobs_{name}_total",
-                                                      {"job_namespace": "team-a", "framework": "pytorch"}) or 0
+                                                      {"job_namespace": "team-a", "framework": "pytorch",
+                                                       "queue": "gpus", "cluster": "kto-1"}) or 0
               for name in ("created", "successful", "failed")}
     assert {name for name, value in values.items() if value} == counted
     assert all(value in (0, 1) for value in values.values())
     assert service.registry.get_sample_value("kto_status_writes_total", {"kind": "PyTorchJob"}) == 1
+
+
+def test_job_counters_label_each_job_with_its_queue_and_cluster() -> None:
+    service = metrics.ServiceMetrics()
+    service.job_queue("worker-1/team-a/PyTorchJob/train", "gpus")
+    service.on_bus_event(events.BusEvent(events.SEND_DONE, {"type": metrics.RESTART_TYPE,
+                                                            "key": "worker-1/team-a/PyTorchJob/train"}))
+    service.on_bus_event(events.BusEvent(events.SEND_DONE, {"type": metrics.RESTART_TYPE,
+                                                            "key": "worker-1/team-a/PyTorchJob/unqueued"}))
+    service.job_observed("DELETED", "PyTorchJob", "manager/team-a/PyTorchJob/train", "gpus")
+    service.job_queue("worker-1/team-a/PyTorchJob/train", "", gone=True)
+    service.on_bus_event(events.BusEvent(events.SEND_DONE, {"type": metrics.RESTART_TYPE,
+                                                            "key": "worker-1/team-a/PyTorchJob/train"}))
+
+    def value(name: str, queue: str, cluster: str) -> float:
+        return service.registry.get_sample_value(f"training_operator_jobs_{name}_total", {
+            "job_namespace": "team-a", "framework": "pytorch", "queue": queue, "cluster": cluster}) or 0
+
+    assert value("restarted", "gpus", "worker-1") == 1
+    assert value("restarted", "", "worker-1") == 2  # a job in no queue, and one forgotten when deleted
+    assert value("deleted", "gpus", "manager") == 1
+
+
+def test_queue_label_values_are_bounded_in_number_and_shape() -> None:
+    service = metrics.ServiceMetrics()
+    for n in range(metrics.MAX_QUEUES + 5):
+        service.job_observed("DELETED", "PyTorchJob", f"kto-1/team-a/PyTorchJob/j{n}", f"made-up-{n}")
+    service.job_observed("DELETED", "PyTorchJob", "kto-1/team-a/PyTorchJob/odd", "not a label value\n")
+    queues = {sample.labels["queue"] for family in service.registry.collect()
+              if family.name == "training_operator_jobs_deleted" for sample in family.samples}
+    assert len(queues) == metrics.MAX_QUEUES + 1 and "other" in queues
 
 
 async def test_two_services_in_one_process_serve_their_own_metrics() -> None:

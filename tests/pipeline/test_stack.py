@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -197,6 +198,22 @@ def test_the_upstream_jobset_controller_needs_the_real_control_plane() -> None:
         stack.StackSettings(jobset_controller="upstream")
     with pytest.raises(stack.StackError, match="JobSet controller 'volcano' is not one of kto, upstream"):
         stack.StackSettings(control_plane="kube", jobset_controller="volcano")
+
+
+@pytest.mark.parametrize(("given", "error"), [
+    pytest.param({"kueue": True}, "Kueue runs on a real control plane: add --control-plane kube to --kueue",
+                 id="kueue-on-sims"),
+    pytest.param({"multikueue": True, "clusters": 3},
+                 "Kueue runs on a real control plane: add --control-plane kube to --multikueue",
+                 id="multikueue-on-sims"),
+    pytest.param({"multikueue": True, "control_plane": "kube"},
+                 "MultiKueue needs a manager and at least one worker: --clusters 1 with --multikueue, "
+                 "give --clusters 2 or more", id="multikueue-on-one-cluster"),
+])
+def test_kueue_needs_real_control_planes_and_multikueue_a_worker(given: dict[str, Any], error: str) -> None:
+    with pytest.raises(stack.StackError) as raised:
+        stack.StackSettings(**given)
+    assert str(raised.value) == error
 
 
 def test_kto_up_with_the_upstream_jobset_controller_leaves_jobsets_to_it(tmp_path: pathlib.Path) -> None:

@@ -46,13 +46,13 @@ def command_line(pid: int) -> str:
 
 
 class Running:
-    def __init__(self, state_dir: pathlib.Path) -> None:
+    def __init__(self, state_dir: pathlib.Path, *extra: str) -> None:
         self.state_dir = state_dir
         self.log = state_dir.parent / f"{state_dir.name}.out"
         with self.log.open("wb") as output:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kto", "control-plane", "--state-dir", str(state_dir), "--nodes", "2",
-                 "--gpus-per-node", "4", "--crds", str(ROOT / "deploy" / "crds")],
+                 "--gpus-per-node", "4", "--crds", str(ROOT / "deploy" / "crds"), *extra],
                 stdout=output, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
             )
         deadline = time.monotonic() + tiers.START_TIMEOUT

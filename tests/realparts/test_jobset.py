@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from realparts import controllerruntime, jobset
-from shared.kube import clients, resources
 from tests.fixtures import sim as sim_fixtures
 from tests.fixtures import tiers
 
@@ -101,33 +100,13 @@ def test_its_webhooks_are_upstreams_pointed_at_the_local_process(build: pathlib.
             {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
 
 
-async def registered(cluster: tiers.RealCluster) -> list[str]:
-    """The real JobSet controller's webhook configurations and lease found on ``cluster``."""
-    found = []
-    async with await clients.KubeClient.connect(cluster.kubeconfig, tiers.CONTEXT) as client:
-        for rt, namespace, name in ((resources.MUTATING_WEBHOOK_CONFIGURATIONS, None, jobset.MUTATING),
-                                    (resources.VALIDATING_WEBHOOK_CONFIGURATIONS, None, jobset.VALIDATING),
-                                    (resources.LEASES, jobset.NAMESPACE, jobset.LEASE)):
-            try:
-                await client.get(rt, namespace, name)
-                found.append(name)
-            except clients.ApiError as exc:
-                if not exc.not_found:
-                    raise
-    return found
-
-
 async def test_a_stopped_controller_leaves_no_webhook_or_lease_and_the_next_starts_at_once(
     real_cluster: tiers.RealCluster, tmp_path: pathlib.Path,
 ) -> None:
     """First in the module: before the module's controller (the fixture) starts."""
-    for run in ("first", "second"):
-        began = time.monotonic()
-        async with jobset.JobSetController(real_cluster.kubeconfig, tiers.CONTEXT, tmp_path / run) as controller:
-            assert time.monotonic() - began < 10  # not 15 s and more: the first one's lease was released
-            assert controller.pid is not None
-            assert await registered(real_cluster) == [jobset.MUTATING, jobset.VALIDATING, jobset.LEASE]
-        assert await registered(real_cluster) == []
+    await tiers.check_restarts_at_once(
+        real_cluster, lambda directory: jobset.JobSetController(real_cluster.kubeconfig, tiers.CONTEXT, directory),
+        tmp_path)
 
 
 @pytest.fixture

@@ -209,7 +209,8 @@
     $("#banner").textContent = notes.join(" ");
     $("#banner").hidden = !notes.length;
     facts($("#facts"), [
-      ["Cluster", doc.cluster], ["Namespace", doc.namespace], ["API version", doc.apiVersion || "—"],
+      ["Cluster", doc.clusters.length > 1 ? doc.cluster + " (also " + doc.clusters.filter((c) => c !== doc.cluster).join(", ") + ")" : doc.cluster],
+      ["Namespace", doc.namespace], ["API version", doc.apiVersion || "—"],
       ["Age", el("span", { dataset: { created: doc.created } }, age(doc.created))],
       ["Created", doc.created || "—"], ["Job key", el("span", { className: "code" }, doc.key)],
       ["Trace", el("span", { id: "trace" }, traceNode(doc.trace.id, doc.trace.url, false))],
@@ -226,18 +227,23 @@
         ...cells([r.type, r.replicas == null ? "—" : r.replicas, r.active, r.succeeded, r.failed]))));
     } else empty(replicas, 5, "No replica.");
     facts($("#status"), Object.entries(doc.status));
+    const kueue = $("#kueue tbody");
+    if (doc.kueue.length) {
+      kueue.replaceChildren(...doc.kueue.map((m) => el("tr", { dataset: { event: m.event } },
+        ...cells([m.time, m.cluster, m.workload, m.event, m.detail]))));
+    } else empty(kueue, 5, "Not under Kueue, or no Workload observed yet.");
     const timeline = $("#timeline tbody");
     if (doc.timeline.length) {
       timeline.replaceChildren(...doc.timeline.map((p) => el("tr", { dataset: { pod: p.pod } },
-        ...cells([p.pod, p.created, p.scheduled, p.running, p.restarts, p.finished, p.phase]))));
-    } else empty(timeline, 7, "No pod observed yet.");
+        ...cells([p.pod, p.created, p.scheduled, p.running, p.restarts, p.finished, p.phase, p.cluster]))));
+    } else empty(timeline, 8, "No pod observed yet.");
     drawChart(doc.timeline);
     const decisions = $("#decisions tbody");
     if (doc.decisions.length) {
       decisions.replaceChildren(...doc.decisions.map((d) => el("tr", { dataset: { action: d.action } },
         ...cells([d.time, d.offset, d.source, d.action, d.object, d.reason, d.message,
-          traceNode(d.traceId, d.traceUrl, true)]))));
-    } else empty(decisions, 8, "No decision yet.");
+          traceNode(d.traceId, d.traceUrl, true), d.cluster]))));
+    } else empty(decisions, 9, "No decision yet.");
     $("#records").textContent = doc.records + (doc.records === 1 ? " record" : " records") + " of this job in the audit log"
       + (doc.undecodable ? ", " + doc.undecodable + " of them undecodable" : "") + ".";
   }
