@@ -55,7 +55,7 @@ class Regarding(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class Subject:
+class Subject(common.Named):
     """A job an Event names, as a reference to it gives it (a Kueue Workload's controller
     ownerReference): for Events about a job whose family's API type is not at hand."""
 
@@ -64,14 +64,6 @@ class Subject:
     """Its upstream controller (``families.Family.controllers``): the Event's source."""
     api_version: str
     metadata: common.ObjectMeta
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or ""
 
 
 MAX_MESSAGE = 1024

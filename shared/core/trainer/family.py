@@ -32,21 +32,13 @@ RUNTIME_KINDS = frozenset({podsets.TRAINING_RUNTIME, podsets.CLUSTER_TRAINING_RU
 
 
 @dataclasses.dataclass(frozen=True)
-class Subject:
+class Subject(common.Named):
     """A TrainJob as Events name it (``shared.kube.recording.Regarding``)."""
 
     KIND: ClassVar[str] = podsets.KIND
     CONTROLLER_NAME: ClassVar[str] = "trainjob-controller"
     api_version: str
     metadata: common.ObjectMeta
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or ""
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or ""
 
     @classmethod
     def of(cls, document: Mapping[str, Any]) -> Subject:
