@@ -343,12 +343,13 @@ async def test_a_frozen_worker_loses_its_job_to_the_other_after_the_worker_lost_
         assert moved_after >= WORKER_LOST_TIMEOUT - 1, moved_after
         done = await fleet.succeeded_on_manager(job, 180)
         assert condition(done, "Succeeded") is not None
-        # Kueue's account, on the manager's Workload: evicted once by its admission check (MultiKueue
-        # set it to Retry, "Reserving remote lost"), reserved again and dispatched to the other worker.
+        # Kueue's account, on the manager's Workload: evicted by its admission check (MultiKueue set it
+        # to Retry, "Reserving remote lost"; once, or twice when the first retry still saw the lost
+        # worker), reserved again and dispatched to the other worker.
         workload = await fleet.workload_of(MANAGER, job)
         assert workload is not None
         evictions = workload["status"]["schedulingStats"]["evictions"]
-        assert [(e["reason"], e["count"]) for e in evictions] == [("AdmissionCheck", 1)], evictions
+        assert [e["reason"] for e in evictions] == ["AdmissionCheck"] and evictions[0]["count"] >= 1, evictions
         events, _ = await fleet.kube[MANAGER].list(resources.EVENTS, NAMESPACE)
         said = [e.get("message") or "" for e in events
                 if (e.get("involvedObject") or {}).get("name") == workload["metadata"]["name"]]
