@@ -47,12 +47,11 @@ def require_tool(name: str, how: str) -> str:
 def run_logged(command: list[str], *, cwd: pathlib.Path, env: dict[str, str], log_path: pathlib.Path,
                what: str) -> None:
     """Run one build step, its output appended to ``log_path``; a PartError naming ``what``, the exit
-    code and the log's last lines if it fails."""
+    code and the log (not its lines: a compiler's output is many lines) if it fails."""
     with log_path.open("ab") as output:
         result = subprocess.run(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
-        lines = log_path.read_text(errors="replace").strip().splitlines()[-8:]
-        raise PartError(f"{what} failed (exit {result.returncode}); last lines of {log_path}: " + " | ".join(lines))
+        raise PartError(f"{what} failed (exit {result.returncode}); its output is in {log_path}")
 
 
 GO_HOW = "install Go 1.26 or newer (https://go.dev/dl or your distribution's golang package)"
@@ -70,7 +69,7 @@ def go_build(directory: pathlib.Path, *, module: str, version: str, package: str
     for command in ([go, "get", f"{package}@{version}"],
                     [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(directory / binary), package]):
         run_logged(command, cwd=source, env=env, log_path=directory / "build.log",
-                   what=f"{' '.join(command[:2])} of {what} {version}")
+                   what=f"go {command[1]} of {what} {version}")
 
 
 def module_dir(source: pathlib.Path, module: str, version: str) -> pathlib.Path:
@@ -119,8 +118,9 @@ def cached_controller(name: str, *, module: str, version: str, package: str, bin
 def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = False) -> pathlib.Path:
     """The finished build ``name`` in the cache, running ``build(directory)`` once if it is missing.
 
-    ``build`` fills the directory it is given and raises PartError on failure.
-    The first build prints its duration on stderr (it takes minutes).
+    ``build`` fills the directory it is given and raises PartError on failure; the failed build's
+    ``build.log`` is kept as ``<name>.failed.log`` beside it (the directory is removed), and the
+    error names that. The first build prints its duration on stderr (it takes minutes).
     """
     root = cache_root()
     final = root / name
@@ -139,6 +139,14 @@ def cached(name: str, build: Callable[[pathlib.Path], None], *, quiet: bool = Fa
         started = time.monotonic()
         try:
             build(work)
+        except PartError as exc:
+            log, kept = work / "build.log", root / f"{name}.failed.log"
+            message = str(exc)
+            if log.is_file():
+                log.replace(kept)
+                message = message.replace(str(log), str(kept))
+            shutil.rmtree(work, ignore_errors=True)
+            raise PartError(message) from None
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -1,6 +1,7 @@
 """What kto reads of a controller-runtime manager's output: the training-operator and the JobSet
 controller both are one, logging in zap's development format (one line per entry, its fields a
-JSON object after the message); Kueue is one too, in zap's JSON format (the line is the object).
+JSON object after the message); Kueue is one too, in zap's JSON format (the line is the object),
+its controllers named by ``logger`` (its log processor drops controller-runtime's ``controller``).
 
 And what running one outside a cluster as its installation runs it inside takes (the JobSet
 controller, Kueue): its manifests read, its webhooks called by URL with kto's certificates, its
@@ -41,9 +42,35 @@ def workers_started(log: str, controller: str) -> bool:
             fields = json.loads(line[line.index("{"):])
         except ValueError:
             continue
-        if isinstance(fields, dict) and fields.get("controller") == controller:
+        if isinstance(fields, dict) and controller in (fields.get("controller"), fields.get("logger")):
             return True
     return False
+
+
+LEADING_LINE = "successfully acquired lease"
+"""What client-go's leader election logs (klog, any case) once the manager leads."""
+
+
+def leads(log: str) -> bool:
+    """Whether the manager has won its lease: Kueue starts its controllers before (as a follower,
+    they do not admit), so a started controller alone does not mean it serves."""
+    return LEADING_LINE in log.lower()
+
+
+def context_kubeconfig(kubeconfig: pathlib.Path, context: str, written: pathlib.Path) -> pathlib.Path:
+    """``kubeconfig`` with ``context`` its current context, written to ``written`` (mode 0600: it
+    holds the credentials): a controller-runtime manager takes ``--kubeconfig`` and no context, so
+    one given a kubeconfig of several clusters would serve its current context's."""
+    config = yaml.safe_load(kubeconfig.read_text()) or {}
+    base = kubeconfig.resolve().parent
+    for entry in [*(config.get("clusters") or []), *(config.get("users") or [])]:
+        for body in (entry.get("cluster"), entry.get("user")):
+            for field in ("certificate-authority", "client-certificate", "client-key", "tokenFile"):
+                if isinstance(body, dict) and field in body:  # relative paths stay right from another directory
+                    body[field] = str(base / body[field])
+    config["current-context"] = context
+    certifying.write_private(written, yaml.safe_dump(config, sort_keys=False).encode())
+    return written
 
 
 def log_text(path: pathlib.Path) -> str:
@@ -164,8 +191,8 @@ class LocalManager(lifecycle.Started):
     installation runs it in a pod; its state in ``directory``, its output in :attr:`log`.
 
     A subclass's ``start`` writes the configuration and calls :meth:`_launch`, which applies the
-    namespace and CRDs, registers the webhooks and returns once the controller runs and its
-    readiness probe (and ``answers``, if given) pass, or fails within ``start_timeout`` seconds
+    namespace and CRDs, registers the webhooks and returns once the manager leads, the controller
+    runs and its readiness probe (and ``answers``, if given) pass, or fails within ``start_timeout`` seconds
     with the last log lines. ``stop`` removes the webhook configurations (with ``failurePolicy:
     Fail`` they refuse what they serve while nothing answers them), then the process, then its
     lease; the CRDs and the objects stay."""
@@ -198,6 +225,8 @@ class LocalManager(lifecycle.Started):
     async def _launch(self, crds: list[dict[str, Any]], webhooks: list[dict[str, Any]], argv: Sequence[str],
                       probe_port: int,
                       answers: Callable[[clients.KubeClient], Awaitable[bool]] | None = None) -> None:
+        """Apply, register and run ``argv`` (the binary and its flags; ``--kubeconfig`` of
+        :attr:`context` alone is added) until it leads and serves, as the class docstring says."""
         what = self.installation
         deadline = time.monotonic() + self._start_timeout
         async with await clients.KubeClient.connect(self.kubeconfig, self.context) as client:
@@ -207,12 +236,13 @@ class LocalManager(lifecycle.Started):
             self._registered = True
             for manifest in webhooks:
                 await client.put(resources.for_manifest(manifest), None, manifest)
-            env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-            self._process = process = processes.Process(what.binary, processes.Command(tuple(argv), log=self.log,
-                                                                                       env=env))
+            kubeconfig = context_kubeconfig(self.kubeconfig, self.context, self.directory / "kubeconfig")
+            env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+            argv = (argv[0], f"--kubeconfig={kubeconfig}", *argv[1:])
+            self._process = process = processes.Process(what.binary, processes.Command(argv, log=self.log, env=env))
             kube.start(process)
-            while not (workers_started(log_text(self.log), what.controller) and ready(probe_port)
-                       and (answers is None or await answers(client))):
+            while not (leads(text := log_text(self.log)) and workers_started(text, what.controller)
+                       and ready(probe_port) and (answers is None or await answers(client))):
                 kube.check(process)
                 if time.monotonic() > deadline:
                     raise caching.PartError(f"{what.what} did not start within {self._start_timeout:g}s; "

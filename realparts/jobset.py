@@ -131,4 +131,4 @@ class JobSetController(controllerruntime.LocalManager):
         config = self.directory / "config.yaml"
         config.write_text(yaml.safe_dump(configuration(certs, webhook_port, probe_port), sort_keys=False))
         await self._launch(controllerruntime.manifests(build / CRD_DIR), webhook_configurations(build, f"https://127.0.0.1:{webhook_port}", ca),
-                           (str(build / BINARY), f"--kubeconfig={self.kubeconfig}", f"--config={config}"), probe_port)
+                           (str(build / BINARY), f"--config={config}"), probe_port)

@@ -81,8 +81,8 @@ BUILD_REVISION = 1
 
 GROUP = "kueue.x-k8s.io"
 API_VERSION = f"{GROUP}/v1beta2"
-CONTROLLER = "workload_controller"
-"""The Workload controller's name in controller-runtime's log lines: running once Kueue leads."""
+CONTROLLER = "workload-reconciler"
+"""The Workload controller's logger in Kueue's log lines: its workers start once Kueue leads."""
 START_TIMEOUT = 90.0
 """Seconds from the start to Kueue's controllers running and its webhooks answering."""
 MUTATING = "kueue-mutating-webhook-configuration"
@@ -232,8 +232,8 @@ class KueueController(controllerruntime.LocalManager):
     """The Kueue process against one cluster; its state (configuration, certificates) in
     ``directory``, its output in ``directory/kueue.log``.
 
-    ``start`` applies the CRDs and namespace, registers the webhooks and returns once Kueue's
-    Workload controller runs and its webhooks answer through the API server, or fails within
+    ``start`` applies the CRDs and namespace, registers the webhooks and returns once Kueue leads,
+    its Workload controller runs and its webhooks answer through the API server, or fails within
     ``settings.start_timeout`` seconds with Kueue's last log lines. ``stop`` removes the webhook
     configurations (with ``failurePolicy: Fail`` they refuse every queued kind while nothing
     answers them), then the process and its lease (Kueue releases it on a clean stop; this covers
@@ -253,7 +253,7 @@ class KueueController(controllerruntime.LocalManager):
         config.write_text(yaml.safe_dump(configuration(certs, webhook_port, probe_port, self.settings),
                                          sort_keys=False))
         webhooks = webhook_configurations(build, f"https://127.0.0.1:{webhook_port}", ca, self.settings.frameworks)
-        argv = (str(build / BINARY), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+        argv = (str(build / BINARY), f"--config={config}",
                 f"--feature-gates={feature_gates(self.settings)}")
         await self._launch(controllerruntime.manifests(build / CRD_DIR), webhooks, argv, probe_port, _webhooks_answer)
 

@@ -26,9 +26,10 @@ from tests.fixtures import sim as sim_fixtures
 from tests.fixtures import tiers
 from tests.realparts import test_control_plane
 
-WORKLOAD_LINE = ('{"level":"info","ts":"2026-11-27T17:00:02Z","msg":"Starting workers",'
-                 '"controller":"workload_controller","controllerGroup":"kueue.x-k8s.io","worker count":5}')
-QUEUE_LINE = WORKLOAD_LINE.replace("workload_controller", "clusterqueue_controller")
+WORKLOAD_LINE = ('{"level":"info","ts":"2026-11-27T17:08:34.814271703Z","logger":"workload-reconciler",'
+                 '"caller":"controller/controller.go:306","msg":"Starting workers","replica-role":"leader",'
+                 '"worker count":1}')
+FLAVOR_LINE = WORKLOAD_LINE.replace("workload-reconciler", "resourceflavor-reconciler").replace("leader", "follower")
 
 QUEUED_PYTORCHJOB = """
 apiVersion: kubeflow.org/v1
@@ -53,8 +54,8 @@ spec:
 
 @pytest.mark.parametrize(("log", "started"), [
     pytest.param('{"level":"info","msg":"Initializing"}', False, id="initializing"),
-    pytest.param(QUEUE_LINE, False, id="only-the-clusterqueue-controller-runs"),
-    pytest.param(f"{QUEUE_LINE}\n{WORKLOAD_LINE}\n", True, id="the-workload-controller-runs"),
+    pytest.param(FLAVOR_LINE, False, id="a-follower-runs-the-resourceflavor-controller"),
+    pytest.param(f"{FLAVOR_LINE}\n{WORKLOAD_LINE}\n", True, id="the-leader-runs-the-workload-controller"),
 ])
 def test_kueue_counts_as_started_once_its_workload_controller_runs(log: str, started: bool) -> None:
     assert controllerruntime.workers_started(log, kueue.CONTROLLER) is started
@@ -146,6 +147,19 @@ def test_without_go_the_build_says_so_in_one_line(tmp_path: pathlib.Path, monkey
     assert "\n" not in str(raised.value)
 
 
+def test_a_failed_build_says_so_in_one_line_and_keeps_gos_output(tmp_path: pathlib.Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KTO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "modules"))
+    monkeypatch.setenv("GOPROXY", "off")  # the module cannot be had: go get fails as with a registry down
+    kept = tmp_path / "cache" / f"kueue-{kueue.VERSION}-r{kueue.BUILD_REVISION}.failed.log"
+    with pytest.raises(caching.PartError) as raised:
+        kueue.ensure_build(quiet=True)
+    assert str(raised.value) == f"go get of Kueue {kueue.VERSION} failed (exit 1); its output is in {kept}"
+    assert "GOPROXY=off" in kept.read_text()
+    assert not list((tmp_path / "cache").glob("*.tmp-*")), "nothing that looks like a build is left"
+
+
 @pytest.fixture
 def build() -> pathlib.Path:
     tiers.require_real_tier()
@@ -183,7 +197,7 @@ async def test_a_stopped_kueue_leaves_no_webhook_or_lease_and_the_next_starts_at
     """First of the module's Kueue tests: before the module's Kueue (the fixture) starts."""
     await tiers.check_restarts_at_once(
         real_cluster, lambda directory: kueue.KueueController(real_cluster.kubeconfig, tiers.CONTEXT, directory),
-        tmp_path, within=12)  # not 15 s and more: the first one's lease was released
+        tmp_path)
 
 
 def test_kto_control_plane_with_kueue_is_ready_with_kueue_and_stops_it_on_sigterm(tmp_path: pathlib.Path) -> None:
@@ -234,8 +248,9 @@ async def namespace(kubectl: sim_fixtures.Kubectl) -> Any:
     await kubectl("create", "namespace", name)
     await kubectl("apply", "-f", "-", input=queues(name))
     yield name
-    await kubectl("delete", "namespace", name, "--wait=false")
-    await kubectl("delete", "clusterqueue", name, "--wait=false")
+    # Deleted while Kueue runs: it removes its finalizers from the Workload and the ClusterQueue.
+    await kubectl("delete", "namespace", name, "--timeout=60s", timeout=70)
+    await kubectl("delete", "clusterqueue", name, "--timeout=60s", timeout=70)
 
 
 async def test_a_queued_pytorchjob_is_created_suspended_and_gets_a_workload(
