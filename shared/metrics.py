@@ -125,7 +125,15 @@ JOB_LABELS = ("job_namespace", "framework", "queue", "cluster")
 """The labels of the job counters: upstream's two, then the job's Kueue LocalQueue (its
 ``kueue.x-k8s.io/queue-name`` label, "" when none) and its cluster (the kubeconfig context of its key).
 A LocalQueue is a namespace's, so the series are bounded by the LocalQueues times the frameworks
-times the clusters, never by the jobs."""
+times the clusters, never by the jobs; and a process keeps at most :data:`MAX_QUEUES` queue values."""
+
+MAX_QUEUES = 256
+"""Distinct ``queue`` label values a process keeps; later ones count as ``other``. A queue label is the
+user's to write (Kueue does not refuse one naming no LocalQueue: the job waits), so without a bound a
+user could grow the series with jobs of made-up queues."""
+
+_QUEUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+"""A label value (what Kubernetes lets a ``kueue.x-k8s.io/queue-name`` label hold)."""
 
 MAX_QUEUES_REMEMBERED = 65536
 """Jobs whose queue a service keeps for the counters it bumps with a key only (the reconciler's
@@ -184,6 +192,7 @@ class ServiceMetrics:
         self._dead_letter_topic = dead_letter_topic
         self._types: set[str] = set()
         job_labels = list(JOB_LABELS)
+        self._queue_values: set[str] = set()
         self._queues: dict[str, str] = {}
         """Job key → its queue, for :meth:`_count_job` without the job at hand (:meth:`job_queue`)."""
 
@@ -311,9 +320,21 @@ class ServiceMetrics:
 
     # -- jobs and their statuses ---------------------------------------------------
 
+    def _queue(self, queue: str) -> str:
+        """The ``queue`` label of a queue name, bounded in number (:data:`MAX_QUEUES`)."""
+        if not queue:
+            return ""
+        if not _QUEUE.fullmatch(queue):
+            return "other"
+        if queue not in self._queue_values:
+            if len(self._queue_values) >= MAX_QUEUES:
+                return "other"
+            self._queue_values.add(queue)
+        return queue
+
     def _count_job(self, counter: prometheus_client.Counter, job_key: str, queue: str | None = None) -> None:
         """Count one for the job of ``job_key``, in ``queue`` (None: the one :meth:`job_queue` said)."""
-        labels = _job_labels(job_key, self._queues.get(job_key, "") if queue is None else queue)
+        labels = _job_labels(job_key, self._queue(self._queues.get(job_key, "") if queue is None else queue))
         if labels is not None:
             counter.labels(*labels).inc()
 

@@ -400,7 +400,7 @@ async def _collect(args: argparse.Namespace, settings: Any, key: str | None, acc
             pods = timeline(entries)
             print()
             columns = ["pod", "created", "scheduled", "running", "restarts", "finished", "phase"] + (
-                ["cluster"] if len({p["cluster"] for p in pods}) > 1 else [])
+                ["cluster"] if len({_cluster(e.key) for e in entries}) > 1 else [])
             print(_table([[printable(str(p[c])) for c in columns] for p in pods], [c.upper() for c in columns])
                   if pods else "(no pod observed)")
         return code

@@ -2,12 +2,13 @@
 
 In: records from ``kto.jobs`` in log order per job key: observations of the
 job and its pods (``handle`` takes each into the key's view; ``settle`` acts
-once per burst). A failure verdict is taken from the job itself (the
+once per burst), and of the job's Kueue Workloads. A failure verdict is taken from the job itself (the
 reconciler's ``kto.dev/failure`` annotation, as the API server returned it),
 never from a Decision record, which anyone who can write to the topic could forge. Out: the job's
 ``/status`` written only when it changed and at most once per write interval
 (optimistic concurrency, re-read and recompute on 409), Kubernetes Events for transitions, and a ``status_written``
-Decision record. The status itself is computed by the job's family
+Decision record, and the reason Kueue gives on a Workload for keeping the job waiting copied to an
+Event on the job (``events.queue_events``: Kueue writes it to the Workload only). The status itself is computed by the job's family
 (:data:`shared.core.families.REGISTRY`; ``shared.core.statuses.compute`` for the
 kubeflow.org/v1 kinds, the sync's decision for MPIJob v2beta1), pure. This worker
 is the only writer of the status of the families whose ``status_writer`` it is; a
@@ -73,16 +74,21 @@ class StatusAggregator:
         """Job key → (uid, version) of the finished job whose view was let go: a record of it as
         it was then (a resync) is passed over, not read afresh (``_release_if_finished``)."""
         self._said: dict[str, set[tuple[str, ...]]] = {}
-        """Job key → marks of the pod Events this process recorded (see ``_pod_events``)."""
+        """Job key → marks of the pod and queue Events this process recorded (see ``_pod_events``)."""
+        self._workloads: dict[str, dict[str, dict[str, Any]]] = {}
+        """Job key → those of its Kueue Workloads whose last record says why the job waits, by name (see
+        ``_queue_events``)."""
 
     def accepts(self, type_tag: str) -> bool:
         """Which records (by ``kto-type`` header) the status worker reads:
-        observations of jobs, pods and (an MPIJob v2beta1's launcher) batch Jobs, and the wake-ups of
-        keys that waited for their cluster (:func:`shared.workers.waiting_for_clusters`)."""
+        observations of jobs, pods, (an MPIJob v2beta1's launcher) batch Jobs and Kueue's Workloads (of any
+        job kind: only why the job waits is read of them), and the wake-ups of keys that waited for their
+        cluster (:func:`shared.workers.waiting_for_clusters`)."""
         kind, _, what = type_tag.partition(":")
         if kind == "decision":
             return what == records.WAKE_ACTION
-        return kind == "observation" and (what in STATUS_CHILD_KINDS or what in families.REGISTRY.status_kinds)
+        return kind == "observation" and (
+            what in STATUS_CHILD_KINDS or what == kueue.WORKLOAD_KIND or what in families.REGISTRY.status_kinds)
 
     async def handle(self, record: records.Record, parent: otel_context.Context) -> bool:
         """Take one record into the key's view (the KeyedConsumer handler); True if
@@ -91,6 +97,8 @@ class StatusAggregator:
         if (skipped := self._settings.refusal(key.namespace)) is not None:
             log.warning("%s: record skipped: %s", record.key, skipped)
             return False
+        if isinstance(record, records.Observation) and record.object_kind == kueue.WORKLOAD_KIND:
+            return self._observe_workload(key, record)
         if key.kind not in families.REGISTRY.status_kinds:
             return False
         if isinstance(record, records.Decision):
@@ -131,9 +139,12 @@ class StatusAggregator:
         burst of pod transitions becomes one write. Returns the seconds until a
         held-back write is due; ``flush`` writes at once."""
         view = self._views.get(job_key)
-        if view is None:
-            return None
         key = records.JobKey.parse(job_key)
+        if view is None:
+            if job_key in self._workloads and self._settings.record_events:
+                # Why Kueue keeps the job waiting, whoever writes its status.
+                await self._queue_events(await self._clusters.get(key.cluster), key)
+            return None
         client = await self._clusters.get(key.cluster)
         if view.reread or view.unconfirmed(outcomes.FAILURE_ANNOTATION):
             # A record older than the view, or one bringing a failure verdict the API
@@ -146,6 +157,7 @@ class StatusAggregator:
             return None
         if self._settings.record_events:
             await self._pod_events(client, job_key, view)
+            await self._queue_events(client, key)
         pace = self._paces[job_key]
         due = (pace.last_write if pace.last_write is not None else pace.first_seen) + self._settings.write_interval
         wait = due - self._clock()
@@ -216,11 +228,62 @@ class StatusAggregator:
         said.update(mark for mark, _ in new)
         await self._events.record(client, job, [event for _, event in new], _now())
 
+    def _observe_workload(self, key: records.JobKey, record: records.Observation) -> bool:
+        """A Workload of a job kto serves (Kueue's, keyed by the watcher under the job that controls it)
+        into the key's waiting Workloads; True when it says why the job waits (``settle`` says it)."""
+        if families.REGISTRY.resolve(key.kind) is None:
+            return False
+        workloads = self._workloads.setdefault(record.key, {})
+        name = objects.name_of(record.object)
+        if record.event == "DELETED" or record.omitted or not child_events.queue_events([record.object]):
+            workloads.pop(name, None)  # only what says why the job waits is kept
+            if not workloads:
+                self._workloads.pop(record.key, None)
+                if key.kind not in families.REGISTRY.status_kinds and record.event == "DELETED":
+                    self._said.pop(record.key, None)  # no view keeps the key: its marks go with its Workload
+            return False
+        workloads[name] = record.object
+        return True
+
+    async def _queue_events(self, client: clients.KubeClient, key: records.JobKey) -> None:
+        """Why Kueue keeps the job waiting, as its Workloads say it, each reason and message once per
+        Workload (``events.queue_events``), on the job: Kueue writes it to the Workload alone, where
+        the job's user does not look. The job is the one the API server has, and the Event is said
+        only when a Workload's controller ownerReference names it (its uid): a record's word alone
+        names no object."""
+        job_key = str(key)
+        said = self._said.setdefault(job_key, set())
+        workloads = list(self._workloads.get(job_key, {}).values())
+        new = [(mark, event, workload) for workload in workloads
+               for mark, event in child_events.queue_events([workload]) if mark not in said]
+        if not new:
+            return
+        try:
+            job = await client.get(resources.JOB_TYPES[key.kind], key.namespace, key.name)
+        except clients.ApiError as exc:  # best effort, as every Event: said at a later record
+            if not exc.not_found:
+                log.warning("%s: Kueue's reason not said on the job: %s", key, exc)
+            return
+        family = families.REGISTRY.resolve(key.kind, job)
+        uid = objects.uid_of(job)
+        for mark, event, workload in new:
+            owner = next((ref for ref in objects.owner_refs_of(workload)
+                          if ref.get("controller") and uid and ref.get("uid") == uid), None)
+            if owner is None or family is None:
+                continue
+            subject = recording.Subject(
+                key.kind, family.controllers.get(key.kind, ""), str(owner.get("apiVersion") or ""),
+                common.ObjectMeta(name=key.name, namespace=key.namespace, uid=uid,
+                                  resource_version=objects.resource_version_of(job) or None))
+            said.add(mark)
+            await self._events.record(client, subject, [event], _now())
+
     def forget(self, job_keys: set[str]) -> None:
         """Drop what is kept for keys that are gone or whose partitions went to
         another worker (hydrated afresh if they come back)."""
         for job_key in job_keys:
             self._said.pop(job_key, None)
+            self._workloads.pop(job_key, None)
             self._released.pop(job_key, None)
             view = self._views.pop(job_key, None)
             self._paces.pop(job_key, None)

@@ -234,6 +234,9 @@ class BrokerOutage:
             self.recovered.set()
 
 
+MAX_PARENTS_REMEMBERED = 4096
+"""Jobs whose trace parent a watcher keeps after they are gone; the oldest is forgotten first."""
+
 MAX_UNCONFIRMED = 2048
 """Records handed to the producer but not yet confirmed before a watch stream waits."""
 
@@ -288,6 +291,8 @@ class Watcher:
         self._settings = settings
         self._metrics = service_metrics
         self.inventory = Inventory()
+        self._parents: dict[records.JobKey, otel_context.Context] = {}
+        """The trace parent each job last had (:meth:`_parent`), for its children seen after it is gone."""
         self._unconfirmed: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=MAX_UNCONFIRMED)
         """Records handed to the producer whose acknowledgement is not checked yet, in order."""
         self.unlisted: set[str] = self._all_lists()
@@ -446,18 +451,33 @@ class Watcher:
     def _parent(self, key: records.JobKey, kind: str, obj: dict[str, Any]) -> otel_context.Context | None:
         """The parent of a watch span of the job's: the trace context of the job's
         ``kto.dev/traceparent`` annotation; else, for a job Kueue manages, the trace of its Workload
-        (:func:`workload_trace`); else none (a trace of its own)."""
+        (:func:`workload_trace`); else none (a trace of its own). Once the job is gone, the parent it
+        last had (at most :data:`MAX_PARENTS_REMEMBERED` jobs are remembered)."""
         job = obj if kind == key.kind and mapping.is_job(obj) else None
         if job is None:
             known = self.inventory.job(key)
             job = known.object if known is not None else None
+        if job is None:
+            # Not seen yet, or gone already (a MultiKueue worker's copy is deleted once it finished,
+            # before its pods and Services): the trace its job last had; a Workload's own otherwise.
+            remembered = self._parents.get(key)
+            if remembered is not None or not kueue.is_workload(obj):
+                return remembered
+        parent: otel_context.Context | None = None
         value = (_meta(job).get("annotations") or {}).get(TRACEPARENT_ANNOTATION) if job is not None else None
         if isinstance(value, str) and value:
             parent = tracing.extract([("traceparent", value.encode("ascii", "replace"))])
-            if trace.get_current_span(parent).get_span_context().is_valid:
-                return parent
-        workload = _meta(obj).get("name") if kueue.is_workload(obj) else kueue.workload_of(job)
-        return workload_trace(key.namespace, str(workload)) if workload else None
+            if not trace.get_current_span(parent).get_span_context().is_valid:
+                parent = None
+        if parent is None:
+            workload = _meta(obj).get("name") if kueue.is_workload(obj) else kueue.workload_of(job)
+            parent = workload_trace(key.namespace, str(workload)) if workload else None
+        self._parents.pop(key, None)
+        if parent is not None:
+            if len(self._parents) >= MAX_PARENTS_REMEMBERED:
+                self._parents.pop(next(iter(self._parents)))
+            self._parents[key] = parent
+        return parent
 
     async def publish(self, event: records.ObservationEvent, kind: str, obj: dict[str, Any],
                       key: records.JobKey) -> None:

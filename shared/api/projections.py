@@ -97,7 +97,8 @@ WORKLOAD: Shape = {
     },
 }
 """A Kueue Workload (``kueue.x-k8s.io/v1beta2``) as ``kto history`` and the console read it
-(:mod:`shared.api.kueue`); no decision of kto's reads one. Not its pod sets' templates (the job's
+(:mod:`shared.api.kueue`), and as the status service reads its ``QuotaReserved`` reason and
+message, which it copies to an Event on the job (``events.queue_events``); no decision of kto's reads one. Not its pod sets' templates (the job's
 own, whose env may hold what a log may not), their resource usage, topology or node selectors, nor
 the status's requeue state, reclaimable pods, resource requests or scheduling stats. A Workload
 holds no Secret, nor a reference to one."""

@@ -6,7 +6,7 @@ and messages — the reconciler's ``SuccessfulCreatePod``, ``SuccessfulCreateSer
 ``SuccessfulDeletePod`` … and the TTL deletion's event; the status worker's
 ``ExitedWithCode`` and the abnormal-pod warnings, each keyed by a *mark* so a worker
 says it once per pod incarnation and restart, where upstream says it again on every
-reconcile. Aggregating them into few writes is the recorder's
+reconcile; and, from the job's Kueue Workloads, why Kueue keeps it waiting. Aggregating them into few writes is the recorder's
 (:mod:`shared.kube.recording`). No I/O, no clock.
 """
 
@@ -16,9 +16,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from shared.api import objects
+from shared.api import kueue, objects
 
 MPI_KIND = "MPIJob"
+WAITING_REASONS = frozenset({"Pending", "Inadmissible"})
+"""The QuotaReserved=False reasons Kueue gives a waiting Workload: ``Pending`` (its scheduler: no quota
+or no flavour fits, or preempted and requeued) and ``Inadmissible`` (no such LocalQueue or ClusterQueue,
+or one stopped or inactive)."""
 TRAINJOB_KIND = "TrainJob"
 TTL_JOB_REASON_KINDS = frozenset({"TFJob", "XGBoostJob", "MPIJob"})
 """Kinds whose TTL deletion says ``SuccessfulDeleteJob``; the others say ``SuccessfulDeletePod`` (upstream's quirk, kept on the wire)."""
@@ -146,4 +150,22 @@ def _abnormal(pod: str, uid: str, containers: Sequence[Mapping[str, Any]],
             found.append(((uid, "condition", str(latest.get("type", "")), str(latest.get("reason", ""))), Event(
                 "Warning", str(latest.get("reason") or latest.get("type") or "PodCondition"),
                 f"Error pod {pod} condition message: {latest.get('message', '')}")))
+    return found
+
+
+def queue_events(workloads: Iterable[Mapping[str, Any]]) -> list[tuple[tuple[str, ...], Event]]:
+    """(mark, Event) for why Kueue keeps a job waiting: each of its Workloads whose ``QuotaReserved``
+    condition is False with a reason of :data:`WAITING_REASONS` gives a Warning with Kueue's reason
+    and message unchanged (Kueue writes them to the Workload only: its scheduler's ``Pending`` Events
+    are the Workload's, and a missing LocalQueue is said nowhere else). A mark names the Workload,
+    the reason and the message, so each is said once."""
+    found: list[tuple[tuple[str, ...], Event]] = []
+    for workload in workloads:
+        for condition in (workload.get("status") or {}).get("conditions") or []:
+            if not isinstance(condition, Mapping) or condition.get("type") != kueue.QUOTA_RESERVED:
+                continue
+            reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
+            if condition.get("status") == "False" and reason in WAITING_REASONS and message:
+                found.append(((objects.uid_of(workload) or objects.name_of(workload), "queue", reason, message),
+                              Event("Warning", reason, message)))
     return found

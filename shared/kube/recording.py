@@ -18,10 +18,11 @@ Aggregated so a normal run stays within its write budget:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from shared.api import common, objects
 from shared.core.events import Event
@@ -30,10 +31,14 @@ from shared.kube import clients, resources
 log = logging.getLogger("kto.kube.events")
 
 class Regarding(Protocol):
-    """A job as its family's API type loads it: what an Event names as its object and source."""
+    """A job as its family's API type loads it (or a :class:`Subject`): what an Event names as its
+    object and source."""
 
-    KIND: ClassVar[str]
-    CONTROLLER_NAME: ClassVar[str]
+    @property
+    def KIND(self) -> str: ...  # noqa: N802 (the API types' class constant)
+
+    @property
+    def CONTROLLER_NAME(self) -> str: ...  # noqa: N802
 
     @property
     def api_version(self) -> str: ...
@@ -46,6 +51,28 @@ class Regarding(Protocol):
 
     @property
     def metadata(self) -> common.ObjectMeta: ...
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """A job an Event names, as a reference to it gives it (a Kueue Workload's controller
+    ownerReference): for Events about a job whose family's API type is not at hand."""
+
+    KIND: str
+    CONTROLLER_NAME: str
+    """Its upstream controller (``families.Family.controllers``): the Event's source."""
+    api_version: str
+    metadata: common.ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or ""
+
 
 MAX_MESSAGE = 1024
 """Longest Event message written (the API server's limit is larger; kubectl shows one line)."""

@@ -37,7 +37,7 @@ spec:
     managedBy: kueue.x-k8s.io/multikueue
     suspend: true
   pytorchReplicaSpecs:
-    Master:
+    Master: &replica
       replicas: 1
       restartPolicy: OnFailure
       template:
@@ -46,49 +46,24 @@ spec:
           - name: pytorch
             image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
     Worker:
+      <<: *replica
       replicas: 2
-      restartPolicy: OnFailure
-      template:
-        spec:
-          containers:
-          - name: pytorch
-            image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
 """)
 
-WORKER_COPY = yaml.safe_load(f"""
-apiVersion: kubeflow.org/v1
-kind: PyTorchJob
-metadata:
-  name: mnist
-  namespace: team-a
-  uid: {WORKER_JOB_UID}
-  resourceVersion: "731"
-  creationTimestamp: "2026-11-27T17:00:04Z"
-  labels:
-    kueue.x-k8s.io/queue-name: user-queue
-    kueue.x-k8s.io/prebuilt-workload-name: {WORKLOAD}
-    kueue.x-k8s.io/multikueue-origin: multikueue
-spec:
-  runPolicy:
-    suspend: false
-  pytorchReplicaSpecs:
-    Master:
-      replicas: 1
-      restartPolicy: OnFailure
-      template:
-        spec:
-          containers:
-          - name: pytorch
-            image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
-    Worker:
-      replicas: 2
-      restartPolicy: OnFailure
-      template:
-        spec:
-          containers:
-          - name: pytorch
-            image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
-""")
+
+def _worker_copy() -> dict[str, Any]:
+    """The job as MultiKueue's ``SyncJob`` creates it in the worker: the manager's metadata (name,
+    namespace, labels, annotations) and spec, its two labels added, ``managedBy`` cleared; then the
+    worker's own uid, and unsuspended by the worker's Kueue."""
+    found = copy.deepcopy(MANAGER_JOB)
+    found["metadata"].update(uid=WORKER_JOB_UID, resourceVersion="731", creationTimestamp="2026-11-27T17:00:04Z")
+    found["metadata"]["labels"].update({"kueue.x-k8s.io/prebuilt-workload-name": WORKLOAD,
+                                        "kueue.x-k8s.io/multikueue-origin": "multikueue"})
+    found["spec"]["runPolicy"] = {"suspend": False}
+    return found
+
+
+WORKER_COPY = _worker_copy()
 
 _PENDING = yaml.safe_load(f"""
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -321,3 +321,61 @@ def test_a_verdict_that_came_in_a_record_only_is_unconfirmed_until_the_api_serve
     assert not view.unconfirmed(outcomes.FAILURE_ANNOTATION)
     view.observe_job(job_manifest(9, value, uid="u2"), deleted=False)  # a new job of the same name
     assert view.unconfirmed(outcomes.FAILURE_ANNOTATION)
+
+
+# Kueue (docs/fleets.md): it creates a job suspended, then, admitting it, writes its flavour into each
+# replica's template and unsuspends it in one patch (jobframework's startJob → podset.Merge); on
+# preemption it suspends it and puts the templates back (stopJob → RestorePodSetsInfo).
+
+KUEUE_NODE_SELECTOR = {"node.kubernetes.io/instance-type": "a100"}
+KUEUE_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def admitted_by_kueue(job: jobs.Job) -> jobs.Job:
+    """``job`` as Kueue's admission patch leaves it: unsuspended, each template with the flavour's node
+    labels, its toleration and the podSet label (the replica type, lower-cased)."""
+    document = job.model_dump(by_alias=True, exclude_none=True)
+    document["spec"]["runPolicy"]["suspend"] = False
+    for replica_type, spec in document["spec"]["pytorchReplicaSpecs"].items():
+        template = spec["template"]
+        template.setdefault("metadata", {}).setdefault("labels", {})["kueue.x-k8s.io/podset"] = replica_type.lower()
+        template["spec"]["nodeSelector"] = KUEUE_NODE_SELECTOR
+        template["spec"]["tolerations"] = [KUEUE_TOLERATION]
+    return jobs.load(document)
+
+
+def test_a_job_kueue_holds_makes_no_pod_and_once_admitted_its_pods_carry_what_kueue_wrote() -> None:
+    held = make_job("PyTorchJob", {"Master": (1, "Never"), "Worker": (2, "Never")}, runPolicy={"suspend": True})
+    assert not [c for c in deciding.decide(held, [], NOW, OperatorSettings()).creates if c.get("kind") == "Pod"]
+
+    made = [c for c in deciding.decide(admitted_by_kueue(held), [], NOW, OperatorSettings()).creates
+            if c.get("kind") == "Pod"]
+    assert sorted(p["metadata"]["name"] for p in made) == [
+        f"{held.name}-master-0", f"{held.name}-worker-0", f"{held.name}-worker-1"]
+    for pod in made:
+        assert pod["spec"]["nodeSelector"] == KUEUE_NODE_SELECTOR
+        assert pod["spec"]["tolerations"] == [KUEUE_TOLERATION]
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == pod["metadata"]["labels"][
+            "training.kubeflow.org/replica-type"]
+
+
+def test_a_job_kueue_preempts_loses_every_pod_and_service_and_is_no_longer_active_at_once() -> None:
+    running = admitted_by_kueue(make_job("PyTorchJob", {"Master": (1, "Never"), "Worker": (1, "Never")},
+                                         runPolicy={"suspend": True}))
+    pods = owned(running, [make_pod(running, "Master", 0, "Running"), make_pod(running, "Worker", 0, "Running")])
+    stored = statuses.compute(running, pods, NOW).status
+    assert {rt: r.active for rt, r in (stored.replica_statuses or {}).items()} == {"Master": 1, "Worker": 1}
+
+    document = running.model_dump(by_alias=True, exclude_none=True)
+    document["spec"]["runPolicy"]["suspend"] = True
+    document["status"] = stored.dump()
+    preempted = jobs.load(document)
+    deleted = deciding.decide(preempted, pods, NOW, OperatorSettings()).deletes
+    assert sorted((d.kind, d.name, d.reason) for d in deleted) == [
+        ("Pod", f"{running.name}-master-0", "suspend"), ("Pod", f"{running.name}-worker-0", "suspend")]
+    # Kueue gives the quota back only once the job is not active (jobframework's IsActive: any
+    # replicaStatuses[*].active): the pods are still there, the status says 0 already, as upstream's.
+    status = statuses.compute(preempted, pods, NOW).status
+    assert not any(r.active for r in (status.replica_statuses or {}).values())
+    assert [(c.type, c.status, c.reason) for c in status.conditions or [] if c.type in ("Running", "Suspended")] == [
+        ("Running", "False", "PyTorchJobSuspended"), ("Suspended", "True", "PyTorchJobSuspended")]

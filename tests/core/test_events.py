@@ -1,8 +1,11 @@
-"""Upstream's child and pod Events (spec §9.2) as pure functions, and how a recorder combines them."""
+"""Upstream's child and pod Events (spec §9.2) as pure functions, Kueue's word on a job's Workload as an
+Event on the job, and how a recorder combines them."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from shared.core import events
 from shared.core.events import Event
@@ -51,3 +54,42 @@ def test_a_recorder_combines_one_reason_into_one_event() -> None:
         Event("Normal", "SuccessfulCreatePod", "Created pod: a, b"), Event("Normal", "SuccessfulCreateService", "Created service: a"),
         Event("Normal", "ExitedWithCode", "Pod: ns.a exited with code 0; Pod: ns.b exited with code 1"),
     ]
+
+
+def workload(*conditions: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "pytorchjob-p-1a2b3", "namespace": "ns", "uid": "u-wl"},
+            "status": {"conditions": list(conditions)}}
+
+
+def quota_reserved(status: str, reason: str, message: str) -> dict[str, str]:
+    return {"type": "QuotaReserved", "status": status, "reason": reason, "message": message}
+
+
+MISSING_QUEUE = "LocalQueue missing doesn't exist"
+NO_GPU_FLAVOUR = "couldn't assign flavors to pod set master: resource nvidia.com/gpu unavailable in ClusterQueue"
+
+
+@pytest.mark.parametrize("conditions, said", [
+    pytest.param([quota_reserved("False", "Inadmissible", MISSING_QUEUE)],
+                 [Event("Warning", "Inadmissible", MISSING_QUEUE)], id="no-such-local-queue"),
+    pytest.param([quota_reserved("False", "Pending", NO_GPU_FLAVOUR)],
+                 [Event("Warning", "Pending", NO_GPU_FLAVOUR)], id="no-flavour-for-the-gpus"),
+    pytest.param([quota_reserved("True", "QuotaReserved", "Quota reserved in ClusterQueue team-a")], [],
+                 id="admitted-says-nothing"),
+    pytest.param([quota_reserved("False", "Pending", "")], [], id="no-message-nothing-to-say"),
+    pytest.param([{"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted"}], [],
+                 id="eviction-is-kueues-own-stopped-event"),
+])
+def test_kueue_says_why_a_job_waits_on_its_workload_and_the_job_gets_it_as_kueue_wrote_it(
+    conditions: list[dict[str, str]], said: list[Event],
+) -> None:
+    assert [event for _, event in events.queue_events([workload(*conditions)])] == said
+
+
+def test_each_reason_a_workload_gives_is_said_once() -> None:
+    first = events.queue_events([workload(quota_reserved("False", "Inadmissible", MISSING_QUEUE))])
+    again = events.queue_events([workload(quota_reserved("False", "Inadmissible", MISSING_QUEUE))])
+    other = events.queue_events([workload(quota_reserved("False", "Pending", NO_GPU_FLAVOUR))])
+    assert [mark for mark, _ in first] == [mark for mark, _ in again]
+    assert {mark for mark, _ in first}.isdisjoint(mark for mark, _ in other)

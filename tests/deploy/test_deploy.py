@@ -442,6 +442,8 @@ def needed(service: str) -> set[Rule]:
         for rt in v1_kinds:  # the only writer of their status: PUT <kind>/status
             found |= _rules("cluster", rt, "update", subresource="status")
         found |= _rules("cluster", resources.EVENTS, "create", "patch")  # recording.Recorder
+        for rt in resources.JOB_TYPES.values():  # aggregating._queue_events: the job Kueue keeps waiting
+            found |= _rules("cluster", rt, "get")
         return found
     if service == "webhook":  # serving.Readers: the runtime a TrainJob names, as upstream's webhook reads it
         return set().union(*(_rules("cluster", rt, "get") for rt in resources.RUNTIME_TYPES.values()))

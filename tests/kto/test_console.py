@@ -29,14 +29,17 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
+from kto.commands import history
+from kto.console import reading as console_reading
 from kto.console import summaries
 from realparts import browser as realparts_browser
 from realparts import caching, ports
 from shared.bus import reading as bus_reading
-from shared.bus import records
+from shared.bus import producing, records
 from shared.bus.settings import KafkaSettings
 from shared.kube import resources
 from tests.fixtures.pipeline import CLUSTER, Pipeline
+from tests.kto import test_history
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -468,3 +471,27 @@ def test_a_job_gone_from_its_cluster_is_shown_as_the_audit_log_last_saw_it() -> 
         "traceId": "b" * 32, "traceUrl": TRACE_URL.format(trace_id="b" * 32)}]
     assert page["trace"] == {"id": "a" * 32, "url": TRACE_URL.format(trace_id="a" * 32)}, "the first record's"
     assert summaries.page(key, None, [], trace_url="")["trace"] == {"id": "", "url": ""}
+
+
+def test_a_multikueue_jobs_page_shows_its_kueue_steps_and_the_clusters_it_went_through() -> None:
+    key = records.JobKey.parse(test_history.MANAGER_KEY)
+    entries = [bus_reading.Entry(0, offset, 1_000 + offset, record.key, record, "", "")
+               for offset, record in enumerate(test_history.multikueue_story())]
+    page = summaries.page(key, None, history.joined(entries, str(key)), trace_url="")
+    assert page["clusters"] == ["manager", "worker-1"], "not worker-2's stranger of the same name"
+    assert [(m["cluster"], m["event"]) for m in page["kueue"]][-2:] == [("worker-1", "finished"),
+                                                                       ("manager", "finished")]
+    assert page["timeline"][0]["cluster"] == "worker-1", "the pods ran in the worker"
+
+
+async def test_the_console_reads_a_multikueue_jobs_worker_copy_with_it(bus: KafkaSettings) -> None:
+    async with producing.Publisher(bus, "watcher", "w-1") as pub:
+        for record in test_history.multikueue_story():
+            await pub.publish(record)
+    key = records.JobKey.parse(test_history.MANAGER_KEY)
+    found = await console_reading.joined_entries(bus, key, ["manager", "worker-1", "worker-2"])
+    assert {e.key for e in found} == {test_history.MANAGER_KEY, test_history.WORKER_KEY}
+    assert [e.timestamp_ms for e in found] == sorted(e.timestamp_ms for e in found)
+    alone = await console_reading.joined_entries(bus, records.JobKey.parse(test_history.STRANGER_KEY),
+                                                 ["manager", "worker-1", "worker-2"])
+    assert {e.key for e in alone} == {test_history.STRANGER_KEY}

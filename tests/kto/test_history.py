@@ -381,7 +381,8 @@ async def test_history_of_a_multikueue_job_on_its_manager_is_one_timeline_across
     assert "to worker cluster worker1 (MultiKueue)" in result.stdout
     assert "by ClusterQueue cluster-queue with flavours master: cpu=default-flavor" in result.stdout
     pods = kueue[kueue.index("") + 1:]
-    assert pods[0].split()[-1] == "PHASE" and pods[1].startswith("mnist-worker-0 (u-1)")
+    assert pods[0].split()[-1] == "CLUSTER" and pods[1].startswith("mnist-worker-0 (u-1)")
+    assert pods[1].split()[-1] == "worker-1"
 
     document = json.loads((await history(bus, "--cluster", "manager", "-n", "team-a", "pytorchjob/mnist",
                                          "-o", "json")).stdout)

@@ -148,6 +148,16 @@ def test_job_counters_label_each_job_with_its_queue_and_cluster() -> None:
     assert value("deleted", "gpus", "manager") == 1
 
 
+def test_queue_label_values_are_bounded_in_number_and_shape() -> None:
+    service = metrics.ServiceMetrics()
+    for n in range(metrics.MAX_QUEUES + 5):
+        service.job_observed("DELETED", "PyTorchJob", f"kto-1/team-a/PyTorchJob/j{n}", f"made-up-{n}")
+    service.job_observed("DELETED", "PyTorchJob", "kto-1/team-a/PyTorchJob/odd", "not a label value\n")
+    queues = {sample.labels["queue"] for family in service.registry.collect()
+              if family.name == "training_operator_jobs_deleted" for sample in family.samples}
+    assert len(queues) == metrics.MAX_QUEUES + 1 and "other" in queues
+
+
 async def test_two_services_in_one_process_serve_their_own_metrics() -> None:
     first, second = metrics.ServiceMetrics(), metrics.ServiceMetrics()
     first.on_request("POST", "127.0.0.1:6443", 201, 0.01)

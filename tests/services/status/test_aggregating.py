@@ -142,3 +142,43 @@ async def test_a_finished_jobs_view_is_released_and_a_later_record_is_read_afres
     await aggregator.settle(key(cluster), otel_context.get_current(), flush=True)
     assert [d.action for d in await decisions(bus)] == ["status_written"]
     assert key(cluster) not in aggregator._views
+
+
+def waiting_workload(owner_uid: str) -> dict[str, Any]:
+    """The job's Workload as Kueue writes it when the job names no LocalQueue that exists."""
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": f"pytorchjob-{NAME}-1a2b3", "namespace": NAMESPACE, "uid": "u-wl",
+                         "resourceVersion": "7",
+                         "ownerReferences": [{"apiVersion": jobs.API_VERSION, "kind": "PyTorchJob", "name": NAME,
+                                              "uid": owner_uid, "controller": True}]},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Inadmissible",
+                                       "message": "LocalQueue missing doesn't exist"}]}}
+
+
+@pytest.mark.parametrize("owned, said", [
+    pytest.param(True, [("Warning", "Inadmissible", "LocalQueue missing doesn't exist", 1)], id="said-once"),
+    pytest.param(False, [], id="a-workload-of-another-job-names-nothing"),
+])
+async def test_why_kueue_keeps_a_job_waiting_reaches_the_jobs_events_once(
+    sim_cluster: sim_cluster_module.Cluster, client: clients.KubeClient, bus: KafkaSettings, owned: bool,
+    said: list[tuple[str, str, str, int]],
+) -> None:
+    settings = StatusSettings(kubeconfig=sim_cluster.kubeconfig, instance="s", write_interval=0.0)
+    cluster = sim_cluster.settings.context
+    suspended = pytorchjob()
+    suspended["spec"]["runPolicy"] = {"suspend": True}
+    job = await client.create(PYTORCHJOBS, NAMESPACE, suspended)
+    workload = waiting_workload(job["metadata"]["uid"] if owned else "a-stranger")
+    clusters = connecting.ClusterClients(sim_cluster.kubeconfig)
+    async with producing.Publisher(bus, "status", "s") as publisher:
+        worker = aggregating.StatusAggregator(settings, clusters, publisher, metrics.ServiceMetrics("status"))
+        for event in ("ADDED", "MODIFIED"):  # Kueue writes the Workload again and again: said once
+            assert await worker.handle(observed(cluster, "Workload", workload, event), otel_context.get_current())
+            await worker.settle(key(cluster), otel_context.get_current(), flush=True)
+        assert key(cluster) not in worker._views, "a Workload alone makes no view: no status is read or written"
+        worker.close()
+    await clusters.close()
+
+    listed, _ = await client.list(resources.EVENTS, NAMESPACE)
+    assert [(e["type"], e["reason"], e["message"], e.get("count", 1)) for e in listed
+            if e["involvedObject"]["name"] == NAME and e["reason"] == "Inadmissible"] == said
