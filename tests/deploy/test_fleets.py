@@ -30,6 +30,7 @@ from shared.kube import resources
 from tests.deploy.test_deploy import (
     DEPLOY, KUBECTL, OVERLAYS, ROOT, SERVICES, Installed, built, installed, kubectl, objects, of_kind, rbac_of,
 )
+from tests.deploy import test_rbac as rbac
 from tests.fixtures import tiers
 
 __all__ = ["installed"]  # the fixture, shared with test_deploy.py
@@ -144,6 +145,22 @@ def test_the_workers_multikueue_identity_may_run_every_dispatched_kind_and_its_w
     token = of_kind("multikueue/worker", "Secret")["multikueue-sa-token"]
     assert token["type"] == "kubernetes.io/service-account-token"
     assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "multikueue-sa"}
+
+
+def test_every_verb_of_the_workers_multikueue_role_names_its_caller_in_kueues_source(tmp_path: pathlib.Path) -> None:
+    """As test_rbac.py does for kto's Roles, with Kueue's module (the one realparts/kueue.py builds)."""
+    try:
+        source = caching.module_dir(tmp_path, real_kueue.MODULE, real_kueue.VERSION) / "pkg" / "controller"
+    except caching.PartError as exc:
+        tiers.unavailable("Kueue's module", str(exc))
+    verbs = rbac.verb_comments(DEPLOY / "overlays" / "multikueue" / "worker" / "multikueue-sa.yaml")
+    assert len(verbs) == 23
+    for verb, comment in verbs:
+        named = rbac.callers(comment)
+        assert named and all(module.endswith(".go") and name for module, name in named), (verb, comment)
+        for module, name in named:
+            code = (source / module).read_text()
+            assert re.search(rf"^func (\([^)]*\) )?{name}\(", code, re.M), f"{verb}: {module} defines no {name}"
 
 
 # -- on the real API server -----------------------------------------------------------------
