@@ -209,8 +209,8 @@ def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has
               and (o["metadata"].get("namespace") == KUEUE_NAMESPACE or o["metadata"]["name"] == "multikueue-worker")]
     assert len(worker) == 4
     with_kueue_crds.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(worker))
-    step = (doc_block("kubeconfig.sh worker-1")  # the worker and the manager: both the session's cluster
-            .replace("kubeconfig.sh worker-1 worker-1", f"kubeconfig.sh worker-1 {tiers.CONTEXT}")
+    step = (doc_block("kubeconfig.sh")  # the workers and the manager: all the session's cluster
+            .replace('kubeconfig.sh "$w" "$w"', f'kubeconfig.sh "$w" {tiers.CONTEXT}')
             .replace("--context manager", f"--context {tiers.CONTEXT}"))
     (tmp_path / "deploy").symlink_to(DEPLOY)
     env = {**os.environ, "KUBECONFIG": str(with_kueue_crds.cluster.kubeconfig),
@@ -219,13 +219,13 @@ def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has
         done = subprocess.run(["bash", "-euc", step], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines() == ["./worker-1.kubeconfig: context worker-1, user multikueue-sa",
-                                            "secret/worker-1 created"], done.stdout
-        assert not (tmp_path / "worker-1.kubeconfig").exists()
+        assert done.stdout.splitlines() == [line for w in WORKERS for line in (
+            f"./{w}.kubeconfig: context {w}, user multikueue-sa", f"secret/{w} created")], done.stdout
+        assert not list(tmp_path.glob("*.kubeconfig"))
         stored = with_kueue_crds.kubectl("-n", KUEUE_NAMESPACE, "get", "secret", "worker-1", "-o",
                                          "jsonpath={.data.kubeconfig}").stdout
     finally:
-        with_kueue_crds.kubectl("-n", KUEUE_NAMESPACE, "delete", "secret", "worker-1", check=False)
+        with_kueue_crds.kubectl("-n", KUEUE_NAMESPACE, "delete", "secret", *WORKERS, check=False)
     made = tmp_path / "stored.kubeconfig"
     made.write_bytes(base64.b64decode(stored))
     config = yaml.safe_load(made.read_text())

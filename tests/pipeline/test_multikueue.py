@@ -63,28 +63,33 @@ GPUS_PER_POD = 3
 """Two such pods a job: a worker's ClusterQueue (8 GPUs, deploy/overlays/kueue/queues) admits one job at a time."""
 
 
-def doc_blocks() -> list[str]:
-    """The fenced ``sh`` blocks of docs/fleets.md's section "On your machine"."""
+def doc_blocks(section: str) -> list[str]:
+    """The fenced ``sh`` blocks of docs/fleets.md's section (### heading) that begins ``section``."""
     text = (ROOT / "docs" / "fleets.md").read_text()
-    section = text[text.index("### On your machine"):]
-    section = section[:section.index("\n### ", 1)]
-    blocks: list[str] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    found = text[text.index(f"### {section}"):]
+    found = found[:found.index("\n## ", 1)] if "\n## " in found[1:] else found
+    found = found[:found.index("\n### ", 1)] if "\n### " in found[1:] else found
+    blocks: list[str] = re.findall(r"```sh\n(.*?)```", found, re.S)
     return blocks
 
 
-def doc_block(marker: str) -> str:
-    found = [block for block in doc_blocks() if marker in block]
-    assert len(found) == 1, f"{len(found)} blocks of docs/fleets.md's 'On your machine' hold {marker!r}"
+def doc_block(marker: str, section: str = "On your machine") -> str:
+    found = [block for block in doc_blocks(section) if marker in block]
+    assert len(found) == 1, f"{len(found)} blocks of docs/fleets.md's {section!r} hold {marker!r}"
     return found[0]
 
 
-def run_doc_block(running: stack.Stack, marker: str, cwd: pathlib.Path) -> str:
+def run_doc_block(running: stack.Stack, marker: str, cwd: pathlib.Path, section: str = "On your machine",
+                  kubeconfig: pathlib.Path | None = None) -> str:
     """A block of docs/fleets.md run as written by bash, in ``cwd`` (where ``.kto`` is the stack's
-    state directory and ``deploy`` the repository's), kto's venv first on PATH; its output."""
+    state directory and ``deploy`` the repository's), kto's venv first on PATH, ``KUBECONFIG``
+    ``kubeconfig`` if given; its output."""
     env = {**os.environ, "PATH": f"{KUBECTL.parent}:{os.environ['PATH']}"}
     env.pop("KUBECONFIG", None)
-    done = subprocess.run(["bash", "-euc", doc_block(marker)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    done = subprocess.run(["bash", "-euc", doc_block(marker, section)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, f"docs/fleets.md's block with {marker!r} failed:\n{done.stderr}{done.stdout}"
     return done.stdout
 
@@ -430,3 +435,32 @@ async def test_a_worker_whose_kubeconfig_secret_is_wrong_is_inactive_with_kueues
     finally:
         await fleet.kube[MANAGER].put(resources.SECRETS, real_kueue.NAMESPACE, stored(secret["data"]))
     await real_kueue.wait_clusters_active(fleet.running.kubeconfig, MANAGER, list(WORKERS), timeout=120)
+
+
+async def test_the_documented_deploy_steps_connect_the_workers_as_multikueue_sa(fleet: Fleet) -> None:
+    """docs/fleets.md's "On real clusters" steps run as written, last (they put kto's deploy/ in
+    every cluster, its webhook configurations with no webhook behind them among it): contexts
+    ``manager``, ``worker-1`` and ``worker-2`` name kto-1, kto-2 and kto-3; the manager's Kueue
+    then reaches each worker as ``multikueue-sa``, through the Secret kubeconfig.sh made."""
+    config = yaml.safe_load(fleet.running.kubeconfig.read_text())
+    renamed = {MANAGER: "manager", WORKERS[0]: "worker-1", WORKERS[1]: "worker-2"}
+    for context in config["contexts"]:
+        context["name"] = renamed[context["name"]]
+    kubeconfig = fleet.cwd / "fleet.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    section = "On real clusters"
+    applied = run_doc_block(fleet.running, "apply -k deploy/overlays/multikueue/worker", fleet.cwd, section,
+                            kubeconfig)
+    assert "clusterrole.rbac.authorization.k8s.io/multikueue-worker created" in applied
+    made = run_doc_block(fleet.running, "kubeconfig.sh", fleet.cwd, section, kubeconfig)
+    assert made.splitlines() == [line for w in ("worker-1", "worker-2") for line in (
+        f"./{w}.kubeconfig: context {w}, user multikueue-sa", f"secret/{w} created")], made
+    shown = run_doc_block(fleet.running, "apply -k deploy/overlays/multikueue/manager", fleet.cwd, section,
+                          kubeconfig)
+    assert "multikueueconfig.kueue.x-k8s.io/multikueue configured" in shown, shown
+    await real_kueue.wait_clusters_active(fleet.running.kubeconfig, MANAGER, ["worker-1", "worker-2"], timeout=120)
+    for worker in ("worker-1", "worker-2"):
+        secret = await fleet.get(MANAGER, resources.SECRETS, worker, real_kueue.NAMESPACE)
+        assert secret is not None
+        user = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))["users"][0]
+        assert user["name"] == "multikueue-sa" and set(user["user"]) == {"token"}
