@@ -139,6 +139,7 @@ def test_the_workers_multikueue_identity_may_run_every_dispatched_kind_and_its_w
     job_verbs = ("create", "delete", "get", "list", "watch")
     wanted = {(resources.JOB_TYPES[kind].group, resources.JOB_TYPES[kind].plural, verb)
               for kind in DISPATCHED_KINDS for verb in job_verbs}
+    wanted |= {(resources.BATCH_JOBS.group, resources.BATCH_JOBS.plural, verb) for verb in job_verbs}
     wanted |= {(KUEUE_GROUP, "workloads", verb) for verb in (*job_verbs, "update")}
     wanted |= {(KUEUE_GROUP, "workloads/status", verb) for verb in ("patch", "update")}
     assert multikueue_rules() == wanted
@@ -154,7 +155,7 @@ def test_every_verb_of_the_workers_multikueue_role_names_its_caller_in_kueues_so
     except caching.PartError as exc:
         tiers.unavailable("Kueue's module", str(exc))
     verbs = rbac.verb_comments(DEPLOY / "overlays" / "multikueue" / "worker" / "multikueue-sa.yaml")
-    assert len(verbs) == 23
+    assert len(verbs) == 28
     for verb, comment in verbs:
         named = rbac.callers(comment)
         assert named and all(module.endswith(".go") and name for module, name in named), (verb, comment)

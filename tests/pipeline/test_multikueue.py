@@ -40,6 +40,7 @@ import pytest_asyncio
 import yaml
 
 from kto import cli, stack
+from realparts import controllerruntime
 from realparts import kueue as real_kueue
 from shared.api import kueue as kueue_api
 from shared.bus.settings import KafkaSettings
@@ -363,6 +364,13 @@ async def test_a_frozen_worker_loses_its_job_to_the_other_after_the_worker_lost_
             assert message in said, said
     finally:
         fleet.running.resume(f"control-plane-{frozen}")
+    # The frozen worker's own Kueue (not frozen) could not renew its lease there and exited, as
+    # upstream's does ("leader election lost"); in a cluster its Deployment would start it again.
+    controller = fleet.running.kueues[frozen]
+    assert "leader election lost" in controllerruntime.log_text(controller.log)
+    await controller.stop()
+    await controller.start()
+    await real_kueue.wait_clusters_active(fleet.running.kubeconfig, MANAGER, list(WORKERS), timeout=240)
     await fleet.gone_from_workers(job, 300, (frozen, other))
 
 
