@@ -621,11 +621,8 @@ class Stack(lifecycle.Started):
             if self.settings.multikueue_worker_lost_timeout is not None:
                 settings = dataclasses.replace(
                     settings, worker_lost_timeout=self.settings.multikueue_worker_lost_timeout)
-            # The cluster's own kubeconfig (its current context is the cluster): the binary takes a
-            # kubeconfig's current context, and the merged one's is kto-1's.
-            own = self.state_dir / "clusters" / context / "kubeconfig"
-            controller = kueue.KueueController(own, context, self.state_dir / "clusters" / context / "kueue",
-                                               settings)
+            controller = kueue.KueueController(self.kubeconfig, context,
+                                               self.state_dir / "clusters" / context / "kueue", settings)
             self.kueues[context] = controller
             try:
                 await controller.start()

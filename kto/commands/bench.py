@@ -111,8 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--multikueue", action="store_true",
                         help="jobs/s through MultiKueue (bench/multikueue.py): --jobs PyTorchJobs submitted at once "
                              "to kto-1, MultiKueue's manager, run on the other --clusters (2 or more) by kto, or by "
-                             "the training-operator with --operator training-operator; the real Kueue in every "
-                             "cluster (needs --control-plane kube)")
+                             "the training-operator with --operator training-operator (one worker: --clusters 2); "
+                             "the real Kueue in every cluster (needs --control-plane kube)")
     parser.add_argument("--controller-threads", type=int, default=1, metavar="N",
                         help="--operator training-operator: its --controller-threads (default 1, its own default)")
     parser.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".kto/bench"),
@@ -386,6 +386,10 @@ def _multikueue(args: argparse.Namespace, stack_settings: object, bench_settings
     if other:
         raise UserError(f"--multikueue submits every job at once and times them to Succeeded: not with "
                         f"{', '.join(other)}")
+    if args.operator == "training-operator" and stack_settings.clusters != 2:
+        # realparts/upstream.py: its webhook certificate's path is fixed in v1.8.1, one runs per machine.
+        raise UserError("the training-operator runs one per machine (its webhook certificate's path is fixed): "
+                        "--multikueue --operator training-operator takes one worker, --clusters 2")
     try:
         fleet_settings = dataclasses.replace(stack_settings, multikueue=True)
         settings = multikueue.MultiKueueSettings(jobs=bench_settings.jobs, replicas=bench_settings.replicas,

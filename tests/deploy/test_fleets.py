@@ -30,6 +30,7 @@ from shared.kube import resources
 from tests.deploy.test_deploy import (
     DEPLOY, KUBECTL, OVERLAYS, ROOT, SERVICES, Installed, built, installed, kubectl, objects, of_kind, rbac_of,
 )
+from tests.deploy import test_rbac as rbac
 from tests.fixtures import tiers
 
 __all__ = ["installed"]  # the fixture, shared with test_deploy.py
@@ -138,12 +139,29 @@ def test_the_workers_multikueue_identity_may_run_every_dispatched_kind_and_its_w
     job_verbs = ("create", "delete", "get", "list", "watch")
     wanted = {(resources.JOB_TYPES[kind].group, resources.JOB_TYPES[kind].plural, verb)
               for kind in DISPATCHED_KINDS for verb in job_verbs}
+    wanted |= {(resources.BATCH_JOBS.group, resources.BATCH_JOBS.plural, verb) for verb in job_verbs}
     wanted |= {(KUEUE_GROUP, "workloads", verb) for verb in (*job_verbs, "update")}
     wanted |= {(KUEUE_GROUP, "workloads/status", verb) for verb in ("patch", "update")}
     assert multikueue_rules() == wanted
     token = of_kind("multikueue/worker", "Secret")["multikueue-sa-token"]
     assert token["type"] == "kubernetes.io/service-account-token"
     assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "multikueue-sa"}
+
+
+def test_every_verb_of_the_workers_multikueue_role_names_its_caller_in_kueues_source(tmp_path: pathlib.Path) -> None:
+    """As test_rbac.py does for kto's Roles, with Kueue's module (the one realparts/kueue.py builds)."""
+    try:
+        source = caching.module_dir(tmp_path, real_kueue.MODULE, real_kueue.VERSION) / "pkg" / "controller"
+    except caching.PartError as exc:
+        tiers.unavailable("Kueue's module", str(exc))
+    verbs = rbac.verb_comments(DEPLOY / "overlays" / "multikueue" / "worker" / "multikueue-sa.yaml")
+    assert len(verbs) == 28
+    for verb, comment in verbs:
+        named = rbac.callers(comment)
+        assert named and all(module.endswith(".go") and name for module, name in named), (verb, comment)
+        for module, name in named:
+            code = (source / module).read_text()
+            assert re.search(rf"^func (\([^)]*\) )?{name}\(", code, re.M), f"{verb}: {module} defines no {name}"
 
 
 # -- on the real API server -----------------------------------------------------------------
@@ -192,8 +210,8 @@ def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has
               and (o["metadata"].get("namespace") == KUEUE_NAMESPACE or o["metadata"]["name"] == "multikueue-worker")]
     assert len(worker) == 4
     with_kueue_crds.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(worker))
-    step = (doc_block("kubeconfig.sh worker-1")  # the worker and the manager: both the session's cluster
-            .replace("kubeconfig.sh worker-1 worker-1", f"kubeconfig.sh worker-1 {tiers.CONTEXT}")
+    step = (doc_block("kubeconfig.sh")  # the workers and the manager: all the session's cluster
+            .replace('kubeconfig.sh "$w" "$w"', f'kubeconfig.sh "$w" {tiers.CONTEXT}')
             .replace("--context manager", f"--context {tiers.CONTEXT}"))
     (tmp_path / "deploy").symlink_to(DEPLOY)
     env = {**os.environ, "KUBECONFIG": str(with_kueue_crds.cluster.kubeconfig),
@@ -202,13 +220,13 @@ def test_kubeconfig_sh_builds_a_kubeconfig_multikueue_accepts_whose_identity_has
         done = subprocess.run(["bash", "-euc", step], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines() == ["./worker-1.kubeconfig: context worker-1, user multikueue-sa",
-                                            "secret/worker-1 created"], done.stdout
-        assert not (tmp_path / "worker-1.kubeconfig").exists()
+        assert done.stdout.splitlines() == [line for w in WORKERS for line in (
+            f"./{w}.kubeconfig: context {w}, user multikueue-sa", f"secret/{w} created")], done.stdout
+        assert not list(tmp_path.glob("*.kubeconfig"))
         stored = with_kueue_crds.kubectl("-n", KUEUE_NAMESPACE, "get", "secret", "worker-1", "-o",
                                          "jsonpath={.data.kubeconfig}").stdout
     finally:
-        with_kueue_crds.kubectl("-n", KUEUE_NAMESPACE, "delete", "secret", "worker-1", check=False)
+        with_kueue_crds.kubectl("-n", KUEUE_NAMESPACE, "delete", "secret", *WORKERS, check=False)
     made = tmp_path / "stored.kubeconfig"
     made.write_bytes(base64.b64decode(stored))
     config = yaml.safe_load(made.read_text())

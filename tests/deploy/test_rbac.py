@@ -61,8 +61,13 @@ _VERB_LINE = re.compile(r"^\s*- ([a-z]+)\s*(?:#\s*(.*))?$")
 
 
 def rbac_sources() -> list[pathlib.Path]:
+    """The files of kto's Roles. Kueue's identity in a MultiKueue worker (labelled
+    ``app.kubernetes.io/name: kueue``, deploy/overlays/multikueue/worker) names Kueue's Go callers
+    instead: tests/deploy/test_fleets.py checks those."""
     return sorted(p for p in DEPLOY.rglob("*.yaml")
-                  if any(d.get("kind") in ("ClusterRole", "Role") for d in yaml.safe_load_all(p.read_text()) if d))
+                  if any(d.get("kind") in ("ClusterRole", "Role")
+                         and (d["metadata"].get("labels") or {}).get("app.kubernetes.io/name") != "kueue"
+                         for d in yaml.safe_load_all(p.read_text()) if d))
 
 
 def verb_comments(path: pathlib.Path) -> list[tuple[str, str]]:

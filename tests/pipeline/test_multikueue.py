@@ -40,6 +40,7 @@ import pytest_asyncio
 import yaml
 
 from kto import cli, stack
+from realparts import controllerruntime
 from realparts import kueue as real_kueue
 from shared.api import kueue as kueue_api
 from shared.bus.settings import KafkaSettings
@@ -63,28 +64,33 @@ GPUS_PER_POD = 3
 """Two such pods a job: a worker's ClusterQueue (8 GPUs, deploy/overlays/kueue/queues) admits one job at a time."""
 
 
-def doc_blocks() -> list[str]:
-    """The fenced ``sh`` blocks of docs/fleets.md's section "On your machine"."""
+def doc_blocks(section: str) -> list[str]:
+    """The fenced ``sh`` blocks of docs/fleets.md's section (### heading) that begins ``section``."""
     text = (ROOT / "docs" / "fleets.md").read_text()
-    section = text[text.index("### On your machine"):]
-    section = section[:section.index("\n### ", 1)]
-    blocks: list[str] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    found = text[text.index(f"### {section}"):]
+    found = found[:found.index("\n## ", 1)] if "\n## " in found[1:] else found
+    found = found[:found.index("\n### ", 1)] if "\n### " in found[1:] else found
+    blocks: list[str] = re.findall(r"```sh\n(.*?)```", found, re.S)
     return blocks
 
 
-def doc_block(marker: str) -> str:
-    found = [block for block in doc_blocks() if marker in block]
-    assert len(found) == 1, f"{len(found)} blocks of docs/fleets.md's 'On your machine' hold {marker!r}"
+def doc_block(marker: str, section: str = "On your machine") -> str:
+    found = [block for block in doc_blocks(section) if marker in block]
+    assert len(found) == 1, f"{len(found)} blocks of docs/fleets.md's {section!r} hold {marker!r}"
     return found[0]
 
 
-def run_doc_block(running: stack.Stack, marker: str, cwd: pathlib.Path) -> str:
+def run_doc_block(running: stack.Stack, marker: str, cwd: pathlib.Path, section: str = "On your machine",
+                  kubeconfig: pathlib.Path | None = None) -> str:
     """A block of docs/fleets.md run as written by bash, in ``cwd`` (where ``.kto`` is the stack's
-    state directory and ``deploy`` the repository's), kto's venv first on PATH; its output."""
+    state directory and ``deploy`` the repository's), kto's venv first on PATH, ``KUBECONFIG``
+    ``kubeconfig`` if given; its output."""
     env = {**os.environ, "PATH": f"{KUBECTL.parent}:{os.environ['PATH']}"}
     env.pop("KUBECONFIG", None)
-    done = subprocess.run(["bash", "-euc", doc_block(marker)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    done = subprocess.run(["bash", "-euc", doc_block(marker, section)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, f"docs/fleets.md's block with {marker!r} failed:\n{done.stderr}{done.stdout}"
     return done.stdout
 
@@ -343,12 +349,13 @@ async def test_a_frozen_worker_loses_its_job_to_the_other_after_the_worker_lost_
         assert moved_after >= WORKER_LOST_TIMEOUT - 1, moved_after
         done = await fleet.succeeded_on_manager(job, 180)
         assert condition(done, "Succeeded") is not None
-        # Kueue's account, on the manager's Workload: evicted once by its admission check (MultiKueue
-        # set it to Retry, "Reserving remote lost"), reserved again and dispatched to the other worker.
+        # Kueue's account, on the manager's Workload: evicted by its admission check (MultiKueue set it
+        # to Retry, "Reserving remote lost"; once, or twice when the first retry still saw the lost
+        # worker), reserved again and dispatched to the other worker.
         workload = await fleet.workload_of(MANAGER, job)
         assert workload is not None
         evictions = workload["status"]["schedulingStats"]["evictions"]
-        assert [(e["reason"], e["count"]) for e in evictions] == [("AdmissionCheck", 1)], evictions
+        assert [e["reason"] for e in evictions] == ["AdmissionCheck"] and evictions[0]["count"] >= 1, evictions
         events, _ = await fleet.kube[MANAGER].list(resources.EVENTS, NAMESPACE)
         said = [e.get("message") or "" for e in events
                 if (e.get("involvedObject") or {}).get("name") == workload["metadata"]["name"]]
@@ -357,17 +364,29 @@ async def test_a_frozen_worker_loses_its_job_to_the_other_after_the_worker_lost_
             assert message in said, said
     finally:
         fleet.running.resume(f"control-plane-{frozen}")
+    # The frozen worker's own Kueue (not frozen) could not renew its lease there and exited, as
+    # upstream's does ("leader election lost"); in a cluster its Deployment would start it again.
+    controller = fleet.running.kueues[frozen]
+    assert "leader election lost" in controllerruntime.log_text(controller.log)
+    await controller.stop()
+    await controller.start()
+    await real_kueue.wait_clusters_active(fleet.running.kubeconfig, MANAGER, list(WORKERS), timeout=240)
     await fleet.gone_from_workers(job, 300, (frozen, other))
 
 
 WRONG_SECRETS = [
+    pytest.param(lambda config: {"kubeconfig": re.sub(r"(token|client-key-data): \S+", r"\1: d3Jvbmc=", config)},
+                 "ClientConnectionFailed", "the server has asked for the client to provide credentials",
+                 id="wrong-credentials"),
     pytest.param(lambda config: {}, "BadKubeConfig", 'key "kubeconfig" not found', id="no-kubeconfig-key"),
     pytest.param(lambda config: {"kubeconfig": config.replace("certificate-authority-data:", "certificate-authority: "
                                                               "/etc/ca.crt\n    x-was-data:")},
                  "InsecureKubeConfig", "certificate-authority file paths are not allowed", id="ca-as-a-file-path"),
-    pytest.param(lambda config: {"kubeconfig": re.sub(r"(token|client-key-data): \S+", r"\1: d3Jvbmc=", config)},
-                 "ClientConnectionFailed", "", id="wrong-credentials"),
 ]
+
+
+async def absent(fleet: Fleet, rt: resources.ResourceType, name: str) -> bool:
+    return await fleet.get(MANAGER, rt, name, None) is None
 
 
 @pytest.mark.parametrize(("wrong", "reason", "message"), WRONG_SECRETS)
@@ -380,7 +399,23 @@ async def test_a_worker_whose_kubeconfig_secret_is_wrong_is_inactive_with_kueues
     assert secret is not None
     right = base64.b64decode(secret["data"]["kubeconfig"]).decode()
     given = {key: base64.b64encode(value.encode()).decode() for key, value in wrong(right).items()}
-    await fleet.kube[MANAGER].put(resources.SECRETS, real_kueue.NAMESPACE, {**secret, "data": given})
+
+    def stored(data: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Secret", "type": secret["type"],
+                "metadata": {"name": secret_name, "namespace": real_kueue.NAMESPACE}, "data": data}
+
+    # The worker set up with the wrong Secret: its MultiKueueCluster made again after it. (Changed under
+    # a connected cluster, Kueue v0.17.0 says ClientConnectionFailed for one retry interval at most,
+    # then Active again while its client cannot list: a failed watch start does not mark the client
+    # as reconnecting. docs/fleets.md.)
+    cluster = await fleet.get(MANAGER, real_kueue.MULTIKUEUE_CLUSTERS, broken, None)
+    assert cluster is not None
+    await fleet.kube[MANAGER].delete(real_kueue.MULTIKUEUE_CLUSTERS, None, broken)
+    await fleet.eventually(lambda: absent(fleet, real_kueue.MULTIKUEUE_CLUSTERS, broken), f"{broken} deleted", 30)
+    await fleet.kube[MANAGER].put(resources.SECRETS, real_kueue.NAMESPACE, stored(given))
+    await fleet.kube[MANAGER].create(real_kueue.MULTIKUEUE_CLUSTERS, None, {
+        "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "metadata": {"name": broken},
+        "spec": cluster["spec"]})
     try:
         async def inactive() -> dict[str, Any] | None:
             cluster = await fleet.get(MANAGER, real_kueue.MULTIKUEUE_CLUSTERS, broken, None)
@@ -392,9 +427,12 @@ async def test_a_worker_whose_kubeconfig_secret_is_wrong_is_inactive_with_kueues
         said = await fleet.eventually(inactive, f"{broken} Active=False ({reason})", 60)
         assert message in said["message"], said
         assert right not in said["message"] and "d3Jvbmc=" not in said["message"]
-        check = await fleet.get(MANAGER, real_kueue.ADMISSION_CHECKS, "multikueue", None)
-        active = condition(check or {}, "Active")
-        assert active is not None and active["reason"] == "SomeActiveClusters", check
+        async def partly_active() -> dict[str, Any] | None:
+            check = await fleet.get(MANAGER, real_kueue.ADMISSION_CHECKS, "multikueue", None)
+            active = condition(check or {}, "Active")
+            return active if active is not None and active["reason"] == "SomeActiveClusters" else None
+
+        active = await fleet.eventually(partly_active, "the AdmissionCheck SomeActiveClusters", 60)
         assert active["message"] == f"Inactive clusters: [{broken}]"
         job = pytorchjob(f"mk-wrong-{reason.lower()}")
         await fleet.submit(job)
@@ -403,5 +441,34 @@ async def test_a_worker_whose_kubeconfig_secret_is_wrong_is_inactive_with_kueues
         assert workload is not None and workload["status"]["clusterName"] == WORKERS[0]
         assert await fleet.get(broken, PYTORCHJOBS, job["metadata"]["name"]) is None
     finally:
-        await fleet.kube[MANAGER].put(resources.SECRETS, real_kueue.NAMESPACE, secret)
+        await fleet.kube[MANAGER].put(resources.SECRETS, real_kueue.NAMESPACE, stored(secret["data"]))
     await real_kueue.wait_clusters_active(fleet.running.kubeconfig, MANAGER, list(WORKERS), timeout=120)
+
+
+async def test_the_documented_deploy_steps_connect_the_workers_as_multikueue_sa(fleet: Fleet) -> None:
+    """docs/fleets.md's "On real clusters" steps run as written, last (they put kto's deploy/ in
+    every cluster, its webhook configurations with no webhook behind them among it): contexts
+    ``manager``, ``worker-1`` and ``worker-2`` name kto-1, kto-2 and kto-3; the manager's Kueue
+    then reaches each worker as ``multikueue-sa``, through the Secret kubeconfig.sh made."""
+    config = yaml.safe_load(fleet.running.kubeconfig.read_text())
+    renamed = {MANAGER: "manager", WORKERS[0]: "worker-1", WORKERS[1]: "worker-2"}
+    for context in config["contexts"]:
+        context["name"] = renamed[context["name"]]
+    kubeconfig = fleet.cwd / "fleet.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    section = "On real clusters"
+    applied = run_doc_block(fleet.running, "apply -k deploy/overlays/multikueue/worker", fleet.cwd, section,
+                            kubeconfig)
+    assert "clusterrole.rbac.authorization.k8s.io/multikueue-worker created" in applied
+    made = run_doc_block(fleet.running, "kubeconfig.sh", fleet.cwd, section, kubeconfig)
+    assert made.splitlines() == [line for w in ("worker-1", "worker-2") for line in (
+        f"./{w}.kubeconfig: context {w}, user multikueue-sa", f"secret/{w} created")], made
+    shown = run_doc_block(fleet.running, "apply -k deploy/overlays/multikueue/manager", fleet.cwd, section,
+                          kubeconfig)
+    assert "multikueueconfig.kueue.x-k8s.io/multikueue configured" in shown, shown
+    await real_kueue.wait_clusters_active(fleet.running.kubeconfig, MANAGER, ["worker-1", "worker-2"], timeout=120)
+    for worker in ("worker-1", "worker-2"):
+        secret = await fleet.get(MANAGER, resources.SECRETS, worker, real_kueue.NAMESPACE)
+        assert secret is not None
+        user = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))["users"][0]
+        assert user["name"] == "multikueue-sa" and set(user["user"]) == {"token"}
