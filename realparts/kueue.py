@@ -17,7 +17,8 @@ What its Deployment gives it, given here:
   and a CRD whose conversion webhook points at a stopped process would fail every v1beta1 read
   after the run;
 * its configuration file (``controller_manager_config.yaml``: leader election on, the lease in
-  ``kueue-system``; the integrations of :class:`KueueSettings`; ``multiKueue`` when a manager);
+  ``kueue-system``; the integrations of :class:`KueueSettings`; ``multiKueue`` when a manager;
+  ``fairSharing`` when asked);
 * its webhooks, from the module's ``config/components/webhook/manifests.yaml`` with upstream's
   ``failurePolicy``, named as kustomize names them (``kueue-`` prefix). The webhooks of the
   integrations that are off are left out: Kueue serves them as no-ops (jobframework's
@@ -111,6 +112,10 @@ FRAMEWORKS: tuple[str, ...] = (
 )
 """Kueue's integrations for every kind kto serves that Kueue knows (et-operator's TrainingJob it
 does not), and batch/job."""
+FAIR_SHARING: tuple[str, ...] = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+"""Fair Sharing's preemption strategies as Kueue's own e2e configuration lists them: preempt a
+workload of another ClusterQueue when the preemptor's share with its workload is at most the other's
+share without it, else when it stays below the other's share."""
 
 _CORE_FRAMEWORKS = {("", "pods"): "pod", ("apps", "deployments"): "deployment",
                     ("apps", "statefulsets"): "statefulset"}
@@ -131,6 +136,11 @@ class KueueSettings:
     gc_interval: float = 60.0
     """MultiKueue's ``gcInterval`` in seconds: how often the manager removes its objects left on
     workers (upstream's default 1 min)."""
+    fair_sharing: tuple[str, ...] | None = None
+    """Kueue's Fair Sharing: ``fairSharing.preemptionStrategies`` in order (one of Kueue's accepted
+    lists, e.g. :data:`FAIR_SHARING`), or None for off (upstream's default). On, Kueue reports each
+    ClusterQueue's and Cohort's ``status.fairSharing.weightedShare`` and may preempt a borrowing
+    ClusterQueue's workloads so that borrowers in a cohort get equal shares."""
     feature_gates: Mapping[str, bool] = dataclasses.field(
         default_factory=lambda: types.MappingProxyType({}))
     """Feature gates for ``--feature-gates``, over Kueue's defaults and kto's own
@@ -174,7 +184,7 @@ def configuration(cert_dir: pathlib.Path, webhook_port: int, probe_port: int,
                   settings: KueueSettings) -> dict[str, Any]:
     """Kueue's configuration file: upstream's, with the lease and Kueue's objects in
     :data:`NAMESPACE`, internal cert management off, the webhook server on 127.0.0.1 with kto's
-    certificates, metrics off, and the integrations (and MultiKueue) of ``settings``."""
+    certificates, metrics off, and the integrations (and MultiKueue, Fair Sharing) of ``settings``."""
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -189,6 +199,8 @@ def configuration(cert_dir: pathlib.Path, webhook_port: int, probe_port: int,
     if settings.multikueue:
         config["multiKueue"] = {"gcInterval": f"{settings.gc_interval:g}s",
                                 "workerLostTimeout": f"{settings.worker_lost_timeout:g}s"}
+    if settings.fair_sharing is not None:
+        config["fairSharing"] = {"preemptionStrategies": list(settings.fair_sharing)}
     return config
 
 

@@ -32,6 +32,7 @@ GROUP, VERSION = kueue.GROUP, kueue.VERSION
 FLAVORS = resources.ResourceType(GROUP, VERSION, "resourceflavors", "ResourceFlavor", namespaced=False)
 CLUSTER_QUEUES = resources.ResourceType(GROUP, VERSION, "clusterqueues", "ClusterQueue", namespaced=False)
 LOCAL_QUEUES = resources.ResourceType(GROUP, VERSION, "localqueues", "LocalQueue")
+COHORTS = resources.ResourceType(GROUP, VERSION, "cohorts", "Cohort", namespaced=False)
 PRIORITY_CLASSES = resources.ResourceType(GROUP, VERSION, "workloadpriorityclasses", "WorkloadPriorityClass",
                                           namespaced=False)
 WORKLOADS = resources.WORKLOADS
@@ -125,6 +126,14 @@ def is_true(obj: dict[str, Any], condition: str) -> bool:
     return conditions(obj).get(condition, {}).get("status") == "True"
 
 
+def resource_groups(flavor: str, quota: dict[str, int], borrowing: int | None = None) -> list[dict[str, Any]]:
+    """One resource group: ``quota`` of ``flavor`` (each resource's ``borrowingLimit`` ``borrowing``)."""
+    return [{"coveredResources": list(quota), "flavors": [{"name": flavor, "resources": [
+        {"name": resource, "nominalQuota": str(n),
+         **({"borrowingLimit": str(borrowing)} if borrowing is not None else {})}
+        for resource, n in quota.items()]}]}]
+
+
 @dataclasses.dataclass
 class Queues:
     """One test's Kueue objects; ``lq(name)`` is a LocalQueue's name in the test's namespace."""
@@ -147,16 +156,20 @@ class Queues:
         full = f"{self.prefix}-{name}"
         spec: dict[str, Any] = {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.prefix}},
-            "resourceGroups": [{"coveredResources": list(quota), "flavors": [{"name": flavor, "resources": [
-                {"name": resource, "nominalQuota": str(n),
-                 **({"borrowingLimit": str(borrowing)} if borrowing is not None else {})}
-                for resource, n in quota.items()]}]}],
+            "resourceGroups": resource_groups(flavor, quota, borrowing),
         }
         if cohort:
             spec["cohortName"] = f"{self.prefix}-{cohort}"
         if preemption:
             spec["preemption"] = preemption
         await self._create(CLUSTER_QUEUES, {"metadata": {"name": full}, "spec": spec})
+        return full
+
+    async def cohort(self, name: str, flavor: str, quota: dict[str, int]) -> str:
+        """A Cohort holding ``quota`` of ``flavor`` itself, for its ClusterQueues to borrow."""
+        full = f"{self.prefix}-{name}"
+        await self._create(COHORTS, {"metadata": {"name": full},
+                                     "spec": {"resourceGroups": resource_groups(flavor, quota)}})
         return full
 
     async def local_queue(self, name: str, cluster_queue: str) -> str:

@@ -71,6 +71,13 @@ def test_its_configuration_is_upstreams_with_kto_certificates_on_loopback(tmp_pa
     assert config["metrics"] == {"bindAddress": "0"}
     assert config["integrations"]["frameworks"] == list(kueue.FRAMEWORKS)
     assert "multiKueue" not in config
+    assert "fairSharing" not in config, "Fair Sharing is off, as upstream's default"
+
+
+def test_fair_sharing_is_configured_with_its_preemption_strategies(tmp_path: pathlib.Path) -> None:
+    settings = kueue.KueueSettings(fair_sharing=kueue.FAIR_SHARING)
+    assert kueue.configuration(tmp_path, 1, 2, settings)["fairSharing"] == {
+        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
 
 
 def test_a_manager_is_configured_for_multikueue(tmp_path: pathlib.Path) -> None:
