@@ -357,16 +357,20 @@ PREEMPTED = [
 ]
 
 
+async def preempting(q: Queues) -> tuple[str, str, str]:
+    """A ClusterQueue of 2 GPUs that preempts its lower priorities, ready: its LocalQueue and the
+    WorkloadPriorityClasses low (100) and high (1000)."""
+    cq = await q.cluster_queue("main", await q.flavor(), {GPU: 2}, preemption={"withinClusterQueue": "LowerPriority"})
+    await q.active(cq)
+    return await q.local_queue("main", cq), await q.priority("low", 100), await q.priority("high", 1000)
+
+
 @pytest.mark.parametrize("kind, make, suspended_reason, resumed_reason", PREEMPTED)
 async def test_a_preempted_job_loses_its_pods_keeps_itself_and_runs_again_when_readmitted(
     pipeline: Pipeline, kind: str, make: Any, suspended_reason: str, resumed_reason: str,
 ) -> None:
     async with queues(pipeline) as q:
-        cq = await q.cluster_queue("main", await q.flavor(), {GPU: 2},
-                                   preemption={"withinClusterQueue": "LowerPriority"})
-        await q.active(cq)
-        lq = await q.local_queue("main", cq)
-        low, high = await q.priority("low", 100), await q.priority("high", 1000)
+        lq, low, high = await preempting(q)
         await submit(pipeline, queued(make("low", duration="8s"), lq, low))
         started = await until(pipeline, kind, "low", "Running")
         await submit(pipeline, queued(make("high", duration="2s"), lq, high))
@@ -396,11 +400,7 @@ async def test_a_preempted_job_loses_its_pods_keeps_itself_and_runs_again_when_r
 async def test_a_preempted_trainjob_suspends_its_jobset_and_completes_once_readmitted(pipeline: Pipeline) -> None:
     await test_trainjobs.install(pipeline, test_trainjobs._builtin("torch-distributed"))
     async with queues(pipeline) as q:
-        cq = await q.cluster_queue("main", await q.flavor(), {GPU: 2},
-                                   preemption={"withinClusterQueue": "LowerPriority"})
-        await q.active(cq)
-        lq = await q.local_queue("main", cq)
-        low, high = await q.priority("low", 100), await q.priority("high", 1000)
+        lq, low, high = await preempting(q)
         await submit(pipeline, queued(trainjob("low", duration="8s"), lq, low))
         await running_pods(pipeline, "TrainJob", "low", 2)
         await submit(pipeline, queued(pytorchjob("high", duration="2s"), lq, high))
@@ -435,11 +435,7 @@ async def test_kueues_patches_pass_ktos_own_admission_webhook(pipeline: Pipeline
     admits Kueue's two updates: its flavour written into the templates with ``suspend: false``, and
     the templates put back with ``suspend: true`` when it preempts."""
     async with queues(pipeline) as q:
-        cq = await q.cluster_queue("main", await q.flavor(), {GPU: 2},
-                                   preemption={"withinClusterQueue": "LowerPriority"})
-        await q.active(cq)
-        lq = await q.local_queue("main", cq)
-        low, high = await q.priority("low", 100), await q.priority("high", 1000)
+        lq, low, high = await preempting(q)
         created = await submit(pipeline, queued(pytorchjob("low", duration="6s"), lq, low))
         assert created["spec"]["runPolicy"].get("cleanPodPolicy"), "kto's webhook defaulted it"
         assert_placed_by_kueue("PyTorchJob", await running_pods(pipeline, "PyTorchJob", "low", 2))
